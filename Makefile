@@ -1,0 +1,30 @@
+# `make course` installs everything and opens the course; `make test` installs everything and tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: course test release lock benchmark
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+	bash .ci/install-graphviz
+	touch $(STAMP)
+
+course: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2
+
+# Regenerate the student notebooks in notebooks/ from solutions/ (nbgrader generate_assignment).
+release: $(STAMP)
+	$(BIN)/backprop-course release
+
+# Re-pin every installed package (after changing pyproject.toml's ranges).
+lock: $(STAMP)
+	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > constraints.txt
+
+benchmark: $(STAMP)
+	$(BIN)/python benchmarks/course_runtime.py

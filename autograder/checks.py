@@ -1,0 +1,203 @@
+"""Compare a student's result with a PyTorch reference and say exactly what differs.
+
+Hidden tests call these helpers instead of bare ``assert``s: every failure names the exercise,
+the input, the expected and the received value, and the largest errors.
+"""
+import contextlib
+import io
+import signal
+import threading
+import warnings
+
+import torch
+
+# (rtol, atol) by dtype: torch.testing's defaults, written out so grading does not depend on them.
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+}
+SHOWN_ELEMENTS = 12
+
+
+class GradingError(AssertionError):
+    """A failed check whose message tells the learner what to fix."""
+
+
+class _TimeLimit(BaseException):
+    """Raised inside student code when it runs too long (BaseException: a bare except won't eat it)."""
+
+
+def describe(value) -> str:
+    """A short, readable description of an input or output."""
+    if isinstance(value, torch.Tensor):
+        head = f"tensor(shape={tuple(value.shape)}, dtype={value.dtype}, device={value.device})"
+        if value.numel() <= SHOWN_ELEMENTS:
+            return f"{head} = {value.detach().cpu().tolist()}"
+        return head
+    if callable(value):
+        return getattr(value, "__qualname__", None) or repr(value)
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def describe_inputs(inputs) -> str:
+    if not inputs:
+        return ""
+    return "\n".join(f"    {name} = {describe(value)}" for name, value in inputs.items())
+
+
+def _fail(exercise, what, inputs=None, details=""):
+    message = f"{exercise}: {what}"
+    if inputs:
+        message += f"\n  on input:\n{describe_inputs(inputs)}"
+    if details:
+        message += "\n" + details
+    raise GradingError(message)
+
+
+@contextlib.contextmanager
+def _time_limit(seconds):
+    """Interrupt the block after `seconds` where the OS allows it (main thread on Unix)."""
+    usable = seconds and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise _TimeLimit()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# Every public door into autograd, plus the engine call that torch.autograd.grad/backward share,
+# so that a name bound early (`from torch.autograd import grad`) is caught too.
+_AUTOGRAD_DOORS = [
+    (torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward"),
+    (torch.autograd, "_engine_run_backward"), (torch.autograd.graph, "_engine_run_backward"),
+    *[(torch.autograd.functional, n) for n in ("jacobian", "hessian", "vjp", "jvp", "vhp", "hvp")],
+    *[(torch.func, n) for n in ("grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian")],
+]
+
+
+@contextlib.contextmanager
+def _autograd_forbidden(exercise):
+    """Make every use of autograd raise, for exercises that must be derived by hand."""
+    def refuse(*args, **kwargs):
+        raise _UsedAutograd()
+
+    saved = [(owner, name, getattr(owner, name)) for owner, name in _AUTOGRAD_DOORS if hasattr(owner, name)]
+    for owner, name, _ in saved:
+        setattr(owner, name, refuse)
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+class _UsedAutograd(BaseException):
+    """Raised when an exercise that must be derived by hand calls autograd."""
+
+
+def _copy(value):
+    """Give the student a private copy, so an in-place edit cannot change the reference's input."""
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
+def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=False):
+    """Call a student's function; turn any exception, warning or endless loop into a clear message.
+
+    `names` labels the arguments in messages (default: arg0, arg1, ...); `no_autograd=True`
+    rejects an answer that calls autograd instead of computing the derivative itself.
+    """
+    inputs = dict(zip(names or [f"arg{i}" for i in range(len(args))], args))
+    if not callable(fn):
+        _fail(exercise, f"expected a function, but the name holds {describe(fn)}")
+    stderr = io.StringIO()
+    guard = _autograd_forbidden(exercise) if no_autograd else contextlib.nullcontext()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(stderr), _time_limit(time_limit), guard:
+            warnings.simplefilter("ignore")
+            return fn(*[_copy(a) for a in args])
+    except NotImplementedError:
+        _fail(exercise, "not implemented yet: replace `raise NotImplementedError` with your code")
+    except _UsedAutograd:
+        _fail(exercise, "called autograd (backward, torch.autograd.grad or torch.func); "
+                        "this exercise asks you to compute the derivative yourself", inputs)
+    except _TimeLimit:
+        _fail(exercise, f"did not return within {time_limit:g} s: is there a loop that never ends?", inputs)
+    except Exception as err:  # any bug in student code becomes a readable failure
+        _fail(exercise, f"raised {type(err).__name__}: {err}", inputs)
+
+
+def _check_meta(exercise, name, got, expected, inputs):
+    if not isinstance(got, torch.Tensor):
+        _fail(exercise, f"{name} should be a torch.Tensor, got {type(got).__name__}: {describe(got)}", inputs)
+    if got.shape != expected.shape:
+        _fail(exercise, f"{name} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}", inputs)
+    if got.dtype != expected.dtype:
+        _fail(exercise, f"{name} has dtype {got.dtype}, expected {expected.dtype}", inputs)
+    if got.device != expected.device:
+        _fail(exercise, f"{name} is on device {got.device}, expected {expected.device}", inputs)
+
+
+def _check_values(exercise, name, got, expected, inputs, rtol, atol):
+    got_d, exp_d = got.detach().double(), expected.detach().double()
+    nan_got, nan_exp = torch.isnan(got_d), torch.isnan(exp_d)
+    error = (got_d - exp_d).abs()
+    bad = (error > atol + rtol * exp_d.abs()) | (nan_got != nan_exp)
+    bad &= ~(nan_got & nan_exp)
+    bad |= torch.isinf(got_d) & (got_d != exp_d)
+    if not bad.any():
+        return
+    first = tuple(int(i) for i in bad.nonzero()[0])
+    finite = ~(nan_got | nan_exp)
+    max_abs = error[finite].max().item() if finite.any() else float("nan")
+    max_rel = (error / exp_d.abs().clamp_min(1e-300))[finite].max().item() if finite.any() else float("nan")
+    details = (
+        f"  first mismatch at index {first}: expected {exp_d[first].item():.6g}, got {got_d[first].item():.6g}\n"
+        f"  {int(bad.sum())} of {bad.numel()} elements differ; max abs error {max_abs:.3g}, "
+        f"max rel error {max_rel:.3g} (allowed: atol={atol:g}, rtol={rtol:g} for {expected.dtype})"
+    )
+    if nan_got.any() and not nan_exp.any():
+        details += "\n  your result contains NaN where the reference has none"
+    if expected.numel() <= SHOWN_ELEMENTS:
+        details += f"\n  expected: {exp_d.cpu().tolist()}\n  got:      {got_d.cpu().tolist()}"
+    _fail(exercise, f"wrong values in {name}", inputs, details)
+
+
+def expect_close(exercise, got, expected, *, inputs=None, names=None, rtol=None, atol=None):
+    """Check type, shape, dtype and device, then values with tolerances chosen by dtype.
+
+    `expected` is a tensor or a tuple of tensors; `names` labels the parts of a tuple.
+    """
+    if isinstance(expected, torch.Tensor):
+        parts_got, parts_exp, names = [got], [expected], names or ["the result"]
+    else:
+        if not isinstance(got, (tuple, list)):
+            _fail(exercise, f"should return a tuple of {len(expected)} tensors, got {describe(got)}", inputs)
+        if len(got) != len(expected):
+            _fail(exercise, f"should return {len(expected)} values, got {len(got)}", inputs)
+        parts_got, parts_exp = list(got), list(expected)
+        names = names or [f"output {i}" for i in range(len(expected))]
+    for name, g, e in zip(names, parts_got, parts_exp):
+        _check_meta(exercise, name, g, e, inputs)
+        default_rtol, default_atol = TOLERANCES.get(e.dtype, (0.0, 0.0))
+        _check_values(exercise, name, g, e, inputs,
+                      default_rtol if rtol is None else rtol, default_atol if atol is None else atol)
+
+
+def check_cases(exercise, student_fn, reference_fn, cases, *, no_autograd=False, **compare):
+    """Run the student's function and the reference on every case (a dict of named inputs)."""
+    for case in cases:
+        got = call_student(exercise, student_fn, *case.values(), names=list(case), no_autograd=no_autograd)
+        expected = reference_fn(*case.values())
+        expect_close(exercise, got, expected, inputs=case, **compare)

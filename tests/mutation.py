@@ -1,0 +1,40 @@
+"""Run a notebook's grade cells (hidden tests included) against any implementation, in-process.
+
+This is how the mutation suite grades hundreds of implementations without starting a kernel
+for each: every grade cell is self-contained, so it runs in a fresh namespace that holds only
+the implementation under test, exactly as it runs after the student's cells in nbgrader.
+"""
+import contextlib
+import io
+
+import course
+
+
+def grade_cell_sources(notebook: str) -> dict:
+    """{grade_id: source} of the solution notebook's grade cells, hidden tests included."""
+    nb = course.read(course.solution_path(notebook))
+    return {course.nbgrader_meta(c)["grade_id"]: c.source for c in course.grade_cells(nb)}
+
+
+def solution_sources(notebook: str) -> dict:
+    """{graded name: source of the reference solution cell}."""
+    nb = course.read(course.solution_path(notebook))
+    return {course.nbgrader_meta(c)["grade_id"].removesuffix("_solution"): c.source
+            for c in course.solution_cells(nb)}
+
+
+def run_grade_cells(notebook: str, name: str, implementation) -> dict:
+    """{grade_id: the exception it raised, or None} for every grade cell that tests `name`."""
+    results = {}
+    for grade_id, source in grade_cell_sources(notebook).items():
+        if course.graded_name(grade_id) != name:
+            continue
+        namespace = {"__name__": "__main__", name: implementation}
+        stderr = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
+                exec(compile(source, f"<grade cell {grade_id}>", "exec"), namespace)
+            results[grade_id] = AssertionError(f"wrote to stderr: {stderr.getvalue()}") if stderr.getvalue() else None
+        except Exception as err:  # the grade cell failed: that is the result we record
+            results[grade_id] = err
+    return results

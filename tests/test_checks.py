@@ -1,0 +1,140 @@
+"""The comparison helpers: right answers pass, each kind of mistake gets a message that names it."""
+import pytest
+import torch
+
+from autograder import checks, inputs
+from autograder.device import available_devices
+
+
+@pytest.fixture(params=available_devices())
+def device(request):
+    return torch.device(request.param)
+
+
+def message(fn, *args, **kwargs):
+    with pytest.raises(checks.GradingError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+def test_equal_tensors_pass(device):
+    x = inputs.randn(3, 4, seed=0, device=device)
+    checks.expect_close("ex", x.clone(), x)
+
+
+def test_tolerance_follows_dtype(device):
+    x = inputs.randn(5, seed=1, device=device)
+    checks.expect_close("ex", x.float() + 1e-6, x.float())  # within float32 tolerance
+    text = message(checks.expect_close, "ex", x + 1e-6, x)   # not within float64's
+    assert "wrong values" in text and "rtol=1e-07" in text and "max abs error" in text
+
+
+def test_wrong_values_message_names_exercise_input_and_values(device):
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, device=device)
+    text = message(checks.expect_close, "my_grad", x * torch.tensor([1.0, 1.0, 2.0], dtype=x.dtype, device=device),
+                   x, inputs={"x": x})
+    assert text.startswith("my_grad: wrong values")
+    assert "x = tensor(shape=(3,)" in text
+    assert "first mismatch at index (2,): expected 3, got 6" in text
+    assert "1 of 3 elements differ" in text
+
+
+@pytest.mark.parametrize("got, expected_words", [
+    (lambda x: x.tolist(), "should be a torch.Tensor, got list"),
+    (lambda x: x.reshape(1, -1), "has shape (1, 4), expected (4,)"),
+    (lambda x: x.float(), "has dtype torch.float32, expected torch.float64"),
+])
+def test_type_shape_dtype_are_checked_before_values(got, expected_words, device):
+    x = inputs.randn(4, seed=2, device=device)
+    assert expected_words in message(checks.expect_close, "ex", got(x), x)
+
+
+def test_device_is_checked():
+    x = inputs.randn(4, seed=3, device="cpu")
+    assert "device" in message(checks.expect_close, "ex", x, x.to("meta"))
+
+
+def test_nan_is_named(device):
+    x = inputs.randn(3, seed=4, device=device)
+    bad = x.clone()
+    bad[1] = float("nan")
+    assert "contains NaN" in message(checks.expect_close, "ex", bad, x)
+
+
+def test_tuples_are_checked_part_by_part(device):
+    a, b = inputs.randn(2, seed=5, device=device), inputs.randn(3, seed=6, device=device)
+    checks.expect_close("ex", (a, b), (a, b))
+    assert "should return 2 values, got 1" in message(checks.expect_close, "ex", (a,), (a, b))
+    assert "wrong values in gb" in message(checks.expect_close, "ex", (a, b + 1), (a, b), names=["ga", "gb"])
+
+
+def test_call_student_reports_unimplemented_and_crashes():
+    def stub(x):
+        raise NotImplementedError()
+
+    def crash(x):
+        return x @ x.T @ torch.ones(7)
+
+    assert "not implemented yet" in message(checks.call_student, "ex", stub, torch.ones(2))
+    text = message(checks.call_student, "ex", crash, torch.ones(2, 3), names=["x"])
+    assert "raised RuntimeError" in text and "x = tensor(shape=(2, 3)" in text
+
+
+def test_call_student_stops_an_endless_loop():
+    def spin(x):
+        while True:
+            pass
+
+    assert "did not return within 0.2 s" in message(checks.call_student, "ex", spin, 1, time_limit=0.2)
+
+
+def test_call_student_silences_warnings_and_stderr(capfd):
+    import sys
+    import warnings
+
+    def noisy(x):
+        warnings.warn("careful")
+        print("to stderr", file=sys.stderr)
+        return x
+
+    assert checks.call_student("ex", noisy, 3) == 3
+    assert capfd.readouterr().err == ""
+
+
+def test_call_student_gives_a_private_copy():
+    x = torch.ones(3)
+    checks.call_student("ex", lambda t: t.mul_(5), x)
+    assert torch.equal(x, torch.ones(3))
+
+
+def test_no_autograd_rejects_every_door_and_restores_them():
+    from torch.autograd import grad as bound_early
+
+    def by_backward(x):
+        x = x.clone().requires_grad_(True)
+        (x ** 2).sum().backward()
+        return x.grad
+
+    def by_bound_grad(x):
+        x = x.clone().requires_grad_(True)
+        return bound_early((x ** 2).sum(), x)[0]
+
+    def by_func(x):
+        return torch.func.grad(lambda t: (t ** 2).sum())(x)
+
+    for fn in (by_backward, by_bound_grad, by_func):
+        assert "called autograd" in message(checks.call_student, "ex", fn, torch.ones(2), no_autograd=True)
+        assert torch.equal(fn(torch.ones(2)), 2 * torch.ones(2))  # restored afterwards
+
+
+def test_check_cases_runs_every_case(device):
+    cases = [{"x": inputs.randn(n, seed=n, device=device)} for n in (1, 3, 5)]
+    checks.check_cases("double", lambda x: 2 * x, lambda x: x + x, cases)
+    text = message(checks.check_cases, "double", lambda x: 2 * x if x.numel() < 5 else x, lambda x: x + x, cases)
+    assert "x = tensor(shape=(5,)" in text
+
+
+def test_seeded_inputs_repeat_and_differ():
+    assert torch.equal(inputs.randn(3, seed=7, device="cpu"), inputs.randn(3, seed=7, device="cpu"))
+    assert not torch.equal(inputs.randn(3, seed=7, device="cpu"), inputs.randn(3, seed=8, device="cpu"))
+    assert inputs.shapes(0, 4) == inputs.shapes(0, 4) and len(inputs.shapes(0, 4)) == 4

@@ -1,0 +1,53 @@
+"""Every grader rejects the bugs learners write and accepts correct answers written differently."""
+import pytest
+
+import course
+import mutants
+import mutation
+from autograder.checks import GradingError
+
+CATALOGUE = mutants.load_all()
+CASES = [(nb, name, kind, label, fn)
+         for nb, names in CATALOGUE.items() for name, kinds in names.items()
+         for kind, entries in kinds.items() for label, fn in entries]
+
+
+def case_id(case):
+    return f"{case[0]}:{case[1]}:{case[2]}:{case[3]}"
+
+
+@pytest.mark.parametrize("notebook", course.assignment_names())
+def test_catalogue_covers_every_graded_name(notebook):
+    names = {course.graded_name(g) for g in mutation.grade_cell_sources(notebook)}
+    entries = CATALOGUE.get(notebook, {})
+    thin = {n: (len(entries.get(n, {}).get("wrong", [])), len(entries.get(n, {}).get("right", [])))
+            for n in names}
+    assert {n: c for n, c in thin.items() if c[0] < 3 or c[1] < 1} == {}, \
+        "each graded name needs >= 3 wrong and >= 1 right implementations (wrong, right)"
+    assert set(entries) <= names, "catalogue entries for names the notebook does not grade"
+
+
+@pytest.mark.parametrize("notebook", course.assignment_names())
+def test_reference_solutions_pass(notebook):
+    for name, source in mutation.solution_sources(notebook).items():
+        namespace = {}
+        exec(source, namespace)
+        results = mutation.run_grade_cells(notebook, name, namespace[name])
+        assert results and all(err is None for err in results.values()), (name, results)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[2] == "wrong"], ids=case_id)
+def test_wrong_implementation_is_rejected_with_a_message(case):
+    notebook, name, _, label, fn = case
+    results = mutation.run_grade_cells(notebook, name, fn)
+    failures = [err for err in results.values() if err is not None]
+    assert failures, f"the grade cells of {name} accept a wrong answer: {label}"
+    assert any(isinstance(err, GradingError) for err in failures), \
+        f"{label}: failed without a grading message: {failures}"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[2] == "right"], ids=case_id)
+def test_alternative_correct_implementation_is_accepted(case):
+    notebook, name, _, label, fn = case
+    results = mutation.run_grade_cells(notebook, name, fn)
+    assert results and all(err is None for err in results.values()), (label, results)

@@ -1,0 +1,70 @@
+"""The student release: generated from solutions/, up to date, free of answers, no free points."""
+import pytest
+
+import course
+from autograder import cli
+
+NAMES = course.assignment_names()
+
+
+def test_release_is_up_to_date():
+    stale = cli.release(course.ROOT, [], check=True)
+    assert stale == 0, "notebooks/ is stale: run `make release`"
+
+
+def test_every_assignment_is_released_and_nothing_else():
+    assert sorted(p.stem for p in course.NOTEBOOKS.glob("*.ipynb")) == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_solution_folder_holds_only_the_notebook(name):
+    """nbgrader would copy any other file of a source folder to students."""
+    files = [p.name for p in (course.SOLUTIONS / name).iterdir() if p.name != ".ipynb_checkpoints"]
+    assert files == [f"{name}.ipynb"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_release_hides_solutions_and_hidden_tests(name):
+    released = course.release_path(name).read_text()
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"):
+        assert marker not in released
+    solution = course.read(course.solution_path(name))
+    for cell in course.solution_cells(solution):
+        body = cell.source.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0].strip()
+        assert body not in released
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_without_outputs(name):
+    for path in (course.release_path(name), course.solution_path(name)):
+        for cell in course.read(path).cells:
+            if cell.cell_type == "code":
+                assert not cell.outputs and cell.execution_count is None, f"{path} has outputs"
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def executed(request, tmp_path_factory):
+    name = request.param
+    return name, course.execute(course.release_path(name), tmp_path_factory.mktemp(name))
+
+
+def test_no_free_points(executed):
+    """A student notebook as shipped fails every grade cell, with a message that says why."""
+    name, nb = executed
+    cells = course.grade_cells(nb)
+    assert cells
+    passing = [course.nbgrader_meta(c)["grade_id"] for c in cells if not course.failure_text(c)]
+    assert passing == []
+    for cell in cells:
+        assert "not implemented yet" in course.failure_text(cell)
+
+
+def test_only_exercise_cells_fail(executed):
+    """Everything but the exercises and their tests runs in the blank notebook too."""
+    name, nb = executed
+    graded = {id(c) for c in course.grade_cells(nb) + course.solution_cells(nb)}
+    broken = [(i, course.failure_text(c)) for i, c in enumerate(nb.cells)
+              if c.cell_type == "code" and id(c) not in graded and course.failure_text(c)
+              and "NotImplementedError" not in course.failure_text(c)
+              and "not implemented yet" not in course.failure_text(c)]
+    assert broken == []
