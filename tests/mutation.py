@@ -23,13 +23,30 @@ def solution_sources(notebook: str) -> dict:
             for c in course.solution_cells(nb)}
 
 
+def solution_namespace(notebook: str) -> dict:
+    """Every reference solution, defined after the notebook's first (set-up) cell, in one namespace."""
+    nb = course.read(course.solution_path(notebook))
+    setup = next(c.source for c in nb.cells if c.cell_type == "code")
+    namespace = {"__name__": "__main__"}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(setup, f"<set-up cell of {notebook}>", "exec"), namespace)
+    for source in solution_sources(notebook).values():
+        exec(compile(source, f"<solution of {notebook}>", "exec"), namespace)
+    return namespace
+
+
 def run_grade_cells(notebook: str, name: str, implementation) -> dict:
-    """{grade_id: the exception it raised, or None} for every grade cell that tests `name`."""
+    """{grade_id: the exception it raised, or None} for every grade cell that tests `name`.
+
+    `implementation` is the object bound to `name`, or a dict of names when a grade cell needs
+    several (e.g. an MLP built on the learner's own Value class).
+    """
     results = {}
     for grade_id, source in grade_cell_sources(notebook).items():
         if course.graded_name(grade_id) != name:
             continue
-        namespace = {"__name__": "__main__", name: implementation}
+        namespace = {"__name__": "__main__"}
+        namespace.update(implementation if isinstance(implementation, dict) else {name: implementation})
         stderr = io.StringIO()
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):

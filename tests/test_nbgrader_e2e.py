@@ -1,0 +1,96 @@
+"""nbgrader end to end, as an instructor runs it: generate, hand out, autograde, export.
+
+Submissions: perfect, blank, one exercise wrong, one exercise blank with its test cell edited
+to pass, and one with that test cell deleted. Edited or deleted tests must not earn points.
+"""
+import csv
+import inspect
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import nbformat
+import pytest
+
+import course
+import mutants
+
+NAMES = course.assignment_names()
+
+
+def nbgrader(workdir, *args):
+    result = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"],
+                            cwd=workdir, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def source_of(fn, name):
+    """A catalogue function's source, renamed to the graded name, ready to paste into a cell."""
+    lines = [line for line in textwrap.dedent(inspect.getsource(fn)).splitlines() if not line.startswith("@")]
+    return re.sub(r"^def \w+\(", f"def {name}(", "\n".join(lines), count=1)
+
+
+def points_by_name(nb):
+    points = {}
+    for cell in course.grade_cells(nb):
+        meta = course.nbgrader_meta(cell)
+        name = course.graded_name(meta["grade_id"])
+        points[name] = points.get(name, 0) + meta["points"]
+    return points
+
+
+def submission(released, answers, edit_test=None, delete_test=None):
+    nb = course.read(released)
+    for cell in course.solution_cells(nb):
+        name = course.nbgrader_meta(cell)["grade_id"].removesuffix("_solution")
+        if name in answers:
+            cell.source = answers[name]
+    for cell in course.grade_cells(nb):
+        if course.graded_name(course.nbgrader_meta(cell)["grade_id"]) == edit_test:
+            cell.source = "pass"
+    nb.cells = [c for c in nb.cells
+                if not (c in course.grade_cells(nb) and course.graded_name(course.nbgrader_meta(c)["grade_id"]) == delete_test)]
+    return nb
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_instructor_workflow_scores_submissions(name, tmp_path):
+    shutil.copy(course.ROOT / "nbgrader_config.py", tmp_path)
+    shutil.copytree(course.SOLUTIONS / name, tmp_path / "solutions" / name)
+    (tmp_path / "solutions" / name / "notes_with_answers.txt").write_text("must never be released")
+    nbgrader(tmp_path, "generate_assignment", name, "--force")
+    released = tmp_path / "release" / name / f"{name}.ipynb"
+    assert sorted(p.name for p in released.parent.iterdir()) == [f"{name}.ipynb"]
+
+    solution = course.read(course.solution_path(name))
+    perfect = {course.nbgrader_meta(c)["grade_id"].removesuffix("_solution"): c.source
+               for c in course.solution_cells(solution)}
+    points = points_by_name(solution)
+    total = sum(points.values())
+    victim = sorted(points)[0]
+    _, wrong_fn = mutants.load_all()[name][victim]["wrong"][0]
+    students = {
+        "perfect": (submission(released, perfect), total),
+        "blank": (submission(released, {}), 0),
+        "one_wrong": (submission(released, {**perfect, victim: source_of(wrong_fn, victim)}), total - points[victim]),
+        "edited_test": (submission(released, {k: v for k, v in perfect.items() if k != victim}, edit_test=victim),
+                        total - points[victim]),
+        "deleted_test": (submission(released, {k: v for k, v in perfect.items() if k != victim}, delete_test=victim),
+                         total - points[victim]),
+    }
+    for student, (nb, _) in students.items():
+        folder = tmp_path / "submitted" / student / name
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / f"{name}.ipynb")
+
+    nbgrader(tmp_path, "autograde", name, "--create")
+    nbgrader(tmp_path, "generate_feedback", name)
+    nbgrader(tmp_path, "export")
+
+    with open(tmp_path / "grades.csv") as f:
+        scores = {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
+    assert scores == {student: float(expected) for student, (_, expected) in students.items()}
+    assert (tmp_path / "feedback" / "one_wrong" / name / f"{name}.html").exists()

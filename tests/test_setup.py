@@ -1,0 +1,68 @@
+"""The set-up files agree: pyproject's ranges, constraints.txt's pins and environment.yml."""
+import pathlib
+import re
+import tomllib
+
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def direct_requirements():
+    project = PYPROJECT["project"]
+    reqs = [Requirement(r) for r in project["dependencies"]]
+    for extra in project["optional-dependencies"].values():
+        reqs += [Requirement(r) for r in extra if not r.startswith(project["name"])]
+    return {canonicalize_name(r.name): r for r in reqs}
+
+
+def pins(lines):
+    found = {}
+    for line in lines:
+        match = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)==([^\s;#]+)\s*", line)
+        if match:
+            found[canonicalize_name(match.group(1))] = match.group(2)
+    return found
+
+
+CONSTRAINTS = pins((ROOT / "constraints.txt").read_text().splitlines())
+ENVIRONMENT = yaml.safe_load((ROOT / "environment.yml").read_text())
+
+
+def environment_pip_lines():
+    (pip_section,) = [d["pip"] for d in ENVIRONMENT["dependencies"] if isinstance(d, dict)]
+    return pip_section
+
+
+def test_torch_is_a_range_not_a_pin():
+    torch = direct_requirements()["torch"]
+    assert not any(spec.operator == "==" for spec in torch.specifier)
+
+
+def test_every_direct_dependency_is_pinned_within_its_range():
+    reqs = direct_requirements()
+    missing = sorted(set(reqs) - set(CONSTRAINTS))
+    assert missing == [], "run `make lock`"
+    outside = {n: CONSTRAINTS[n] for n, r in reqs.items() if CONSTRAINTS[n] not in r.specifier}
+    assert outside == {}
+
+
+def test_environment_yml_lists_the_same_packages_at_the_same_pins():
+    env = pins(environment_pip_lines())
+    assert set(env) == set(direct_requirements())
+    assert {n: v for n, v in env.items() if CONSTRAINTS[n] != v} == {}
+
+
+def test_environment_yml_brings_python_and_graphviz():
+    conda = [d for d in ENVIRONMENT["dependencies"] if isinstance(d, str)]
+    assert any(d.startswith("python") for d in conda) and "graphviz" in conda
+    assert PYPROJECT["project"]["requires-python"] == ">=3.10"
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and "make course" in readme
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
