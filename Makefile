@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: course test release lock benchmark
 

@@ -4,8 +4,15 @@ c = get_config()  # noqa: F821 (provided by nbgrader)
 c.CourseDirectory.course_id = "backprop-course"
 # solutions/ is the instructor source (solutions + hidden tests); `make release` turns it into notebooks/.
 c.CourseDirectory.source_directory = "solutions"
-# Only notebooks are released: a stray helper file beside a source notebook never reaches students.
-c.CourseDirectory.include = ["*.ipynb"]
+# nbgrader copies every other file of a source folder into the release, answers included. Its
+# `ignore` option takes globs only, so spell out "every name that does not end in .ipynb" (and
+# every dot-file, which `*` does not match): only notebooks are ever released.
+_END = ".ipynb"
+c.CourseDirectory.ignore = (
+    ["__pycache__", ".*", f"*[!{_END[-1]}]"]
+    + [f"*[!{_END[-i - 1]}]{_END[-i:]}" for i in range(1, len(_END))]
+    + [_END[-i:] for i in range(1, len(_END))]
+)
 
 # A cell of ours runs in seconds on a laptop CPU; a minute means a student's loop never ends.
 c.Execute.timeout = 60

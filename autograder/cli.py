@@ -6,6 +6,7 @@ temporary course directory, so the instructor's own gradebook and folders are ne
 """
 import argparse
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -17,6 +18,12 @@ def assignments(root: pathlib.Path) -> list:
     return sorted(p.name for p in (root / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
 
 
+def nbgrader_env() -> dict:
+    """nbgrader runs `alembic` from PATH: make this environment's scripts findable."""
+    scripts = os.path.dirname(sys.executable)
+    return {**os.environ, "PATH": scripts + os.pathsep + os.environ.get("PATH", "")}
+
+
 def generate(root: pathlib.Path, names: list, out: pathlib.Path) -> list:
     """Run nbgrader generate_assignment for `names`; return the released notebooks' paths."""
     shutil.copy(root / "nbgrader_config.py", out)
@@ -25,7 +32,7 @@ def generate(root: pathlib.Path, names: list, out: pathlib.Path) -> list:
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
         result = subprocess.run(
             [sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force", "--log-level=ERROR"],
-            cwd=out, capture_output=True, text=True)
+            cwd=out, capture_output=True, text=True, env=nbgrader_env())
         if result.returncode != 0:
             raise SystemExit(f"nbgrader could not generate {name}:\n{result.stdout}{result.stderr}")
     return sorted((out / "release").glob("*/*.ipynb"))

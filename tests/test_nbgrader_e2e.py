@@ -16,13 +16,14 @@ import pytest
 
 import course
 import mutants
+from autograder.cli import nbgrader_env
 
 NAMES = course.assignment_names()
 
 
 def nbgrader(workdir, *args):
     result = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"],
-                            cwd=workdir, capture_output=True, text=True)
+                            cwd=workdir, capture_output=True, text=True, env=nbgrader_env())
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 
@@ -60,7 +61,9 @@ def submission(released, answers, edit_test=None, delete_test=None):
 def test_instructor_workflow_scores_submissions(name, tmp_path):
     shutil.copy(course.ROOT / "nbgrader_config.py", tmp_path)
     shutil.copytree(course.SOLUTIONS / name, tmp_path / "solutions" / name)
-    (tmp_path / "solutions" / name / "notes_with_answers.txt").write_text("must never be released")
+    for leak in ("notes_with_answers.txt", ".answers", "data/answers.csv", "answers.ipynbx"):
+        (tmp_path / "solutions" / name / leak).parent.mkdir(exist_ok=True)
+        (tmp_path / "solutions" / name / leak).write_text("must never be released")
     nbgrader(tmp_path, "generate_assignment", name, "--force")
     released = tmp_path / "release" / name / f"{name}.ipynb"
     assert sorted(p.name for p in released.parent.iterdir()) == [f"{name}.ipynb"]
