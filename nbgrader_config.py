@@ -1,4 +1,9 @@
 """nbgrader configuration for the course: run nbgrader commands from the repository root."""
+from nbgrader.converters import Autograde
+from nbgrader.preprocessors import Execute
+
+from autograder.execution import SteadyClientMixin
+
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
 c.CourseDirectory.course_id = "backprop-course"
@@ -17,6 +22,16 @@ c.CourseDirectory.ignore = (
 # A cell of ours runs in seconds on a laptop CPU; a minute means a student's loop never ends.
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
+
+
+class SteadyExecute(SteadyClientMixin, Execute):
+    """nbgrader's Execute, without the stall that widget cells cause (see autograder/execution.py)."""
+
+
+c.Autograde.autograde_preprocessors = [
+    SteadyExecute if step is Execute else step
+    for step in Autograde.class_traits()["autograde_preprocessors"].default()
+]
 
 # nbgrader scores a test cell that writes to stderr as 0; library warnings must not cost points.
 c.IgnorePattern.enabled = True

@@ -11,7 +11,8 @@ import time
 
 import nbformat
 import torch
-from nbclient import NotebookClient
+
+from autograder.execution import SteadyNotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -19,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def run(path: pathlib.Path, workdir: str) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": workdir}}).execute()
+    SteadyNotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": workdir}}).execute()
     return time.perf_counter() - start
 
 

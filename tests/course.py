@@ -2,7 +2,8 @@
 import pathlib
 
 import nbformat
-from nbclient import NotebookClient
+
+from autograder.execution import SteadyNotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
@@ -28,7 +29,7 @@ def read(path) -> nbformat.NotebookNode:
 def execute(path, workdir) -> nbformat.NotebookNode:
     """Run a notebook top to bottom as nbgrader would, keeping going past errors."""
     nb = read(path)
-    NotebookClient(nb, timeout=120, allow_errors=True, kernel_name="python3",
+    SteadyNotebookClient(nb, timeout=120, allow_errors=True, kernel_name="python3",
                    resources={"metadata": {"path": str(workdir)}}).execute()
     return nb
 

@@ -316,3 +316,27 @@ def sxg_scatter(z, t):
     g = torch.softmax(z, dim=-1)
     g = g.scatter_add(1, t[:, None], -torch.ones_like(g[:, :1]))
     return g / len(z)
+
+
+# Answers that ask autograd through other doors than torch.autograd.grad ------------------------
+@wrong_("relu_grad", "Tensor.backward on a copy")
+def rg_backward(x):
+    x = x.detach().clone().requires_grad_(True)
+    x.relu().sum().backward()
+    return x.grad
+
+
+@wrong_("softmax_jacobian", "torch.func.jacrev")
+def sj_jacrev(z):
+    import torch
+    return torch.func.jacrev(lambda v: torch.softmax(v, 0))(z)
+
+
+@wrong_("softmax_xent_grad", "autograd.grad bound before grading, under enable_grad")
+def sxg_bound_grad(z, t):
+    import torch
+    import torch.nn.functional as F
+    from torch.autograd import grad
+    with torch.enable_grad():
+        leaf = z.detach().clone().requires_grad_(True)
+        return grad(F.cross_entropy(leaf, t), leaf)[0]
