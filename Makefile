@@ -13,8 +13,11 @@ $(STAMP): pyproject.toml constraints.txt
 	bash .ci/install-graphviz
 	touch $(STAMP)
 
+# Jupyter refuses to run as root unless told (containers, cloud machines).
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 course: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(ROOT_FLAG) notebooks/
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2
