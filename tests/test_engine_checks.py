@@ -1,0 +1,366 @@
+"""autograder.engine_checks: a correct scalar engine passes, a wrong local derivative is named."""
+import contextlib
+import io
+import math
+import random
+import sys
+
+import graphviz
+import pytest
+
+from autograder import engine_checks
+from autograder.checks import GradingError
+from autograder.engine_checks import GraphMismatch, GraphNode
+
+
+class Tiny:
+    """A small correct engine, micrograd's design, iterative sort."""
+
+    def __init__(self, data, _children=(), _op=""):
+        self.data, self.grad, self._prev, self._op = data, 0.0, set(_children), _op
+        self._backward = lambda: None
+
+    def _out(self, data, children, op, locals_):
+        out = type(self)(data, children, op)
+        pairs = list(zip(children, locals_))
+
+        def _backward():
+            for child, local in pairs:
+                child.grad += local * out.grad
+        out._backward = _backward
+        return out
+
+    def _lift(self, other):
+        return other if isinstance(other, Tiny) else type(self)(other)
+
+    def __add__(self, other):
+        other = self._lift(other)
+        return self._out(self.data + other.data, (self, other), "+", (1.0, 1.0))
+
+    def __mul__(self, other):
+        other = self._lift(other)
+        return self._out(self.data * other.data, (self, other), "*", (other.data, self.data))
+
+    def __pow__(self, k):
+        return self._out(self.data ** k, (self,), f"**{k}", (k * self.data ** (k - 1),))
+
+    def relu(self):
+        return self._out(max(self.data, 0.0), (self,), "ReLU", (float(self.data > 0),))
+
+    def tanh(self):
+        t = math.tanh(self.data)
+        return self._out(t, (self,), "tanh", (1 - t * t,))
+
+    def exp(self):
+        e = math.exp(self.data)
+        return self._out(e, (self,), "exp", (e,))
+
+    def log(self):
+        return self._out(math.log(self.data), (self,), "log", (1 / self.data,))
+
+    def __neg__(self):
+        return self * -1
+
+    def __radd__(self, other):
+        return self + other
+
+    def __sub__(self, other):
+        return self + (-other)
+
+    def __rsub__(self, other):
+        return other + (-self)
+
+    def __rmul__(self, other):
+        return self * other
+
+    def __truediv__(self, other):
+        return self * other ** -1
+
+    def __rtruediv__(self, other):
+        return other * self ** -1
+
+    def backward(self):
+        order = engine_checks.topological_order(self)
+        self.grad = 1.0
+        for node in reversed(order):
+            node._backward()
+
+
+class MulForgetsFactor(Tiny):
+    """One wrong local derivative: d(x * y)/dx taken as 1."""
+
+    def __mul__(self, other):
+        other = self._lift(other)
+        return self._out(self.data * other.data, (self, other), "*", (1.0, self.data))
+
+
+class Recursive(Tiny):
+    def backward(self):
+        order, seen = [], set()
+
+        def visit(node):
+            if node not in seen:
+                seen.add(node)
+                for child in node._prev:
+                    visit(child)
+                order.append(node)
+        visit(self)
+        self.grad = 1.0
+        for node in reversed(order):
+            node._backward()
+
+
+class NoSeed(Tiny):
+    def backward(self):
+        for node in reversed(engine_checks.topological_order(self)):
+            node._backward()
+
+
+class Assigns(Tiny):
+    def _out(self, data, children, op, locals_):
+        out = type(self)(data, children, op)
+        pairs = list(zip(children, locals_))
+
+        def _backward():
+            for child, local in pairs:
+                child.grad = local * out.grad
+        out._backward = _backward
+        return out
+
+
+class ResetsLeaves(Tiny):
+    """Zeroes every grad at the start of backward(): right once, wrong across two passes."""
+
+    def backward(self):
+        order = engine_checks.topological_order(self)
+        for node in order:
+            node.grad = 0.0
+        super().backward()
+
+
+def tiny_nn(value_class, zero_grad=True):
+    """micrograd's nn.py on `value_class`, as an MLP class."""
+    class Neuron:
+        def __init__(self, nin, nonlin=True):
+            self.w = [value_class(random.uniform(-1, 1)) for _ in range(nin)]
+            self.b, self.nonlin = value_class(0.0), nonlin
+
+        def __call__(self, x):
+            act = sum((wi * xi for wi, xi in zip(self.w, x)), self.b)
+            return act.relu() if self.nonlin else act
+
+        def parameters(self):
+            return self.w + [self.b]
+
+    class MLP:
+        def __init__(self, nin, nouts):
+            sizes = [nin] + list(nouts)
+            self.layers = [[Neuron(sizes[i], nonlin=i != len(nouts) - 1) for _ in range(sizes[i + 1])]
+                           for i in range(len(nouts))]
+
+        def __call__(self, x):
+            for layer in self.layers:
+                x = [n(x) for n in layer]
+            return x[0] if len(x) == 1 else x
+
+        def parameters(self):
+            return [p for layer in self.layers for n in layer for p in n.parameters()]
+
+        def zero_grad(self):
+            if zero_grad:
+                for p in self.parameters():
+                    p.grad = 0.0
+
+    return MLP
+
+
+@contextlib.contextmanager
+def no_stderr():
+    captured = io.StringIO()
+    with contextlib.redirect_stderr(captured):
+        yield
+    assert captured.getvalue() == "", "a grading helper wrote to stderr"
+
+
+def test_a_correct_engine_passes_every_check():
+    with no_stderr():
+        engine_checks.compare_graph("Value", Tiny, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
+        engine_checks.check_each_op("Value", Tiny, engine_checks.ARITHMETIC_OPS + engine_checks.TRANSCENDENTAL_OPS,
+                                    seed=1, repeats=2)
+        engine_checks.check_random_expressions("Value", Tiny, engine_checks.ARITHMETIC_OPS + engine_checks.TRANSCENDENTAL_OPS,
+                                               seed=2, count=30)
+        engine_checks.check_two_passes("Value", Tiny, lambda a, b: a * b, lambda a, b: a + b * b, [1.5, -2.0])
+        engine_checks.check_deep_chain("Value", Tiny, n_nodes=20_000)
+        engine_checks.check_deep_chain("Value", Tiny, n_nodes=9_000, ladder=True)
+        engine_checks.check_mlp_gradients("MLP", tiny_nn(Tiny), 3, [4, 4, 1], seed=3)
+        engine_checks.check_mlp_gradients("MLP", tiny_nn(Tiny), 2, [3, 2], seed=4, loss="squared")
+        engine_checks.check_zero_grad("MLP", tiny_nn(Tiny), 2, [3, 1], seed=5)
+
+
+def test_one_wrong_local_derivative_is_named_with_its_op():
+    with pytest.raises(GraphMismatch) as caught:
+        engine_checks.compare_graph("Value", MulForgetsFactor, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
+    message = str(caught.value)
+    # from the root down, the first wrong grad is the sum's (a * b + c): the root's * sent it 1, not a = 2
+    assert message.splitlines()[0] == "Value: wrong gradient at n4 = n3 + c (op '+')"
+    assert "in the expression n5 = ((a * b) + c) * a" in message
+    assert "expected grad 2 (PyTorch, float64), got 1" in message
+    suspect = [line for line in message.splitlines() if "<-- wrong" in line]
+    assert len(suspect) == 1 and "n5 = n4 * a (op '*'" in suspect[0]
+    assert caught.value.node.data == 4.0 and [c._op for c in caught.value.culprits] == ["*"]
+    assert engine_checks.last_mismatch is caught.value
+
+
+def test_the_mismatch_can_be_drawn_with_the_node_in_red():
+    with pytest.raises(GraphMismatch) as caught:
+        engine_checks.compare_graph("Value", MulForgetsFactor, lambda a, b: a * b + a, [2.0, -3.0])
+    drawing = caught.value.draw()
+    assert isinstance(drawing, graphviz.Digraph)
+    red = [line for line in drawing.body if "fillcolor=red" in line]
+    assert len(red) == 1 and "data 2.0000" in red[0]  # the leaf a
+    assert any("fillcolor=orange" in line and "data -6.0000" in line for line in drawing.body)  # the product
+
+
+def test_a_node_used_twice_with_assignment_gets_the_hint():
+    with pytest.raises(GraphMismatch, match=r"add \(`\+=`\) both contributions"):
+        engine_checks.compare_graph("Value", Assigns, lambda a: a + a, [3.0])
+    with pytest.raises(GraphMismatch, match=r"accumulate \(`\+=`\)"):
+        engine_checks.compare_graph("Value", Assigns, lambda a, b: a * b + a, [3.0, 2.0])
+
+
+def test_a_missing_seed_is_reported_at_the_root():
+    with pytest.raises(GraphMismatch, match="This is the root: backward\\(\\) must start by setting the root's grad to 1"):
+        engine_checks.compare_graph("Value", NoSeed, lambda a, b: a * b, [3.0, 2.0])
+
+
+def test_recursion_is_explained_on_a_deep_chain():
+    with no_stderr(), pytest.raises(GradingError, match="RecursionError.*explicit stack"):
+        engine_checks.check_deep_chain("Value", Recursive, n_nodes=20_000)
+
+
+def test_a_recursion_limit_raised_by_the_kernel_does_not_let_recursion_pass():
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(200_000)
+    try:
+        with pytest.raises(GradingError, match="RecursionError"):
+            engine_checks.check_deep_chain("Value", Recursive, n_nodes=20_000)
+        assert sys.getrecursionlimit() == 200_000
+    finally:
+        sys.setrecursionlimit(previous)
+
+
+def test_two_passes_must_accumulate_into_the_leaves():
+    with pytest.raises(GradingError, match="PyTorch accumulates both passes"):
+        engine_checks.check_two_passes("Value", ResetsLeaves, lambda a, b: a * b, lambda a, b: a + b, [1.5, -2.0])
+
+
+def test_a_wrong_forward_value_is_reported_before_any_gradient():
+    class WrongTanh(Tiny):
+        def tanh(self):
+            return self._out(math.sinh(self.data), (self,), "tanh", (1.0,))
+
+    with pytest.raises(GraphMismatch, match=r"wrong forward value at n1 = a.tanh\(\)"):
+        engine_checks.compare_graph("Value", WrongTanh, lambda a: a.tanh() * 2, [0.7])
+
+
+def test_an_engine_that_is_not_implemented_says_so():
+    class Stub(Tiny):
+        def __add__(self, other):
+            raise NotImplementedError()
+
+    with pytest.raises(GradingError, match="not implemented yet"):
+        engine_checks.compare_graph("Value", Stub, lambda a, b: a + b, [1.0, 2.0])
+
+
+def test_mlp_checks_catch_a_broken_zero_grad_and_restore_the_global_random_state():
+    random.seed(123)
+    state = random.getstate()
+    with pytest.raises(GradingError, match="after model.zero_grad"):
+        engine_checks.check_zero_grad("MLP", tiny_nn(Tiny, zero_grad=False), 2, [3, 1], seed=5)
+    assert random.getstate() == state
+
+
+def test_mlp_gradients_name_the_parameter():
+    MLP = tiny_nn(Tiny)
+    engine_checks.check_mlp_gradients("MLP", MLP, 2, [2, 1], seed=9)
+
+    class MLPBiasAsPlainNumber(MLP):
+        """Right outputs, but every bias enters as b.data: its gradient stays 0."""
+
+        def __call__(self, x):
+            for layer in self.layers:
+                x = [(sum((wi * xi for wi, xi in zip(n.w, x)), 0) + n.b.data) for n in layer]
+                x = [v.relu() for v in x] if layer is not self.layers[-1] else x
+            return x[0] if len(x) == 1 else x
+
+    with pytest.raises(GradingError, match=r"wrong gradient for parameter #\d+ \(layer \d, neuron \d, its bias\): expected \S+ \(PyTorch, same weights\), got 0"):
+        engine_checks.check_mlp_gradients("MLP", MLPBiasAsPlainNumber, 2, [2, 1], seed=9)
+
+
+def test_topological_order_is_iterative_and_puts_inputs_first():
+    node = GraphNode(0.0, 0.0)
+    for k in range(50_000):
+        node = GraphNode(float(k), 0.0, [node], "+")
+    order = engine_checks.topological_order(node)
+    assert len(order) == 50_001 and order[-1] is node
+    a = GraphNode(1.0, 0.0)
+    b = GraphNode(2.0, 0.0, [a], "**2")
+    root = GraphNode(3.0, 0.0, [a, b], "+")
+    order = engine_checks.topological_order(root)
+    assert order.index(a) < order.index(b) < order.index(root)
+
+
+def test_random_expressions_are_seeded_share_nodes_and_stay_in_range():
+    ops = engine_checks.ARITHMETIC_OPS + engine_checks.TRANSCENDENTAL_OPS
+    tapes = [engine_checks.record(*engine_checks.random_expression(42, ops)) for _ in range(2)]
+    assert [t.formula(i) for t, _ in tapes for i in range(len(t.steps))][:len(tapes[0][0].steps)] == \
+        [tapes[1][0].formula(i) for i in range(len(tapes[1][0].steps))]
+    shared = 0
+    for seed in range(40):
+        tape, root = engine_checks.record(*engine_checks.random_expression(seed, ops))
+        shared += any(len(tape.users(i)) > 1 for i in range(len(tape.steps)))
+        values = [t.item() for t in engine_checks._torch_replay(tape, "cpu")]
+        assert all(1e-3 < abs(v) < 30 for v in values[:root]), values
+    assert shared >= 30, "most random expressions should reuse a node"
+
+
+def test_parse_dot_reads_quoted_names_and_html_labels():
+    dot = graphviz.Digraph()
+    dot.node("140+", label="+")
+    dot.node("140", label="{ data 2.5000 | grad -1.2500 }", shape="record")
+    dot.node("n1", label="<<b>3.000</b><br/>grad 0.500>", shape="plaintext")
+    dot.edge("140+", "140")
+    dot.edge("n1", "140+")
+    labels, edges = engine_checks.parse_dot(dot)
+    assert labels["140+"] == "+" and "-1.2500" in labels["140"] and "3.000" in labels["n1"]
+    assert edges == {("140+", "140"), ("n1", "140+")}
+
+
+def test_check_drawing_accepts_a_drawing_and_rejects_a_duplicate():
+    def draw(root):
+        dot = graphviz.Digraph()
+        seen, stack = {root}, [root]
+        while stack:
+            node = stack.pop()
+            dot.node(str(id(node)), label=f"{{ data {node.data:.4f} | grad {node.grad:.4f} }}", shape="record")
+            if node._op:
+                dot.node(str(id(node)) + "op", label=node._op)
+                dot.edge(str(id(node)) + "op", str(id(node)))
+            for child in node._prev:
+                dot.edge(str(id(child)), str(id(node)) + "op")
+                if child not in seen:
+                    seen.add(child)
+                    stack.append(child)
+        return dot
+
+    for root, what in engine_checks.sample_graphs(seed=3):
+        engine_checks.check_drawing("draw_dot", draw, root, what=what)
+
+    def draw_twice(root):
+        dot = draw(root)
+        dot.node("copy", label=f"{{ data {root.data:.4f} | grad {root.grad:.4f} }}", shape="record")
+        return dot
+
+    root = engine_checks.sample_graphs(seed=3)[1][0]
+    with pytest.raises(GradingError, match="drawn 2 times"):
+        engine_checks.check_drawing("draw_dot", draw_twice, root, what="a + a")
