@@ -31,7 +31,7 @@ def nbgrader(workdir, *args):
 def source_of(fn, name):
     """A catalogue function's source, renamed to the graded name, ready to paste into a cell."""
     lines = [line for line in textwrap.dedent(inspect.getsource(fn)).splitlines() if not line.startswith("@")]
-    return re.sub(r"^def \w+\(", f"def {name}(", "\n".join(lines), count=1)
+    return re.sub(r"^(def|class) \w+", rf"\1 {name}", "\n".join(lines), count=1)
 
 
 def points_by_name(nb):
