@@ -4,8 +4,10 @@ Hidden tests call these helpers instead of bare ``assert``s: every failure names
 the input, the expected and the received value, and the largest errors.
 """
 import contextlib
+import inspect
 import io
 import signal
+import sys
 import threading
 import warnings
 
@@ -112,19 +114,71 @@ def _copy(value):
     return value.detach().clone() if isinstance(value, torch.Tensor) else value
 
 
-def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=False):
+def _code_objects(thing):
+    """The Python code a function or class runs, so a call is seen however the name was bound."""
+    if isinstance(thing, type):
+        return {code for value in vars(thing).values() for code in _code_objects(value)}
+    if isinstance(thing, (staticmethod, classmethod)):
+        return _code_objects(thing.__func__)
+    if isinstance(thing, property):
+        return {code for f in (thing.fget, thing.fset) if f for code in _code_objects(f)}
+    code = getattr(inspect.unwrap(thing), "__code__", None) if callable(thing) else None
+    return {code} if code is not None else set()
+
+
+def _qualified(thing) -> str:
+    return f"{getattr(thing, '__module__', '?')}.{getattr(thing, '__qualname__', repr(thing))}"
+
+
+@contextlib.contextmanager
+def forbidden(exercise, *things, inputs=None):
+    """Fail the exercise if the block calls any of `things` (PyTorch features it must rebuild).
+
+    A profile hook watches every Python call, so `from torch.amp import GradScaler` bound
+    before grading, a subclass or an alias are all caught; the block runs to its end first.
+    """
+    codes = {code for thing in things for code in _code_objects(thing)}
+    by_code = {code: thing for thing in things for code in _code_objects(thing)}
+    used = []
+
+    def watch(frame, event, arg):
+        if event == "call" and frame.f_code in codes and not used:
+            used.append(by_code[frame.f_code])
+
+    def report():
+        _fail(exercise, f"called {_qualified(used[0])}: this exercise asks you to build that yourself, "
+                        "not to call PyTorch's version", inputs)
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        yield
+    except BaseException:
+        if used:  # the forbidden call is the news, not whatever went wrong after it
+            sys.setprofile(previous)
+            report()
+        raise
+    finally:
+        sys.setprofile(previous)
+    if used:
+        report()
+
+
+def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=False, forbid=()):
     """Call a student's function; turn any exception, warning or endless loop into a clear message.
 
     `names` labels the arguments in messages (default: arg0, arg1, ...); `no_autograd=True`
-    rejects an answer that calls autograd instead of computing the derivative itself.
+    rejects an answer that calls autograd instead of computing the derivative itself; `forbid`
+    lists PyTorch functions or classes the answer must not call (see `forbidden`).
     """
     inputs = dict(zip(names or [f"arg{i}" for i in range(len(args))], args))
     if not callable(fn):
         _fail(exercise, f"expected a function, but the name holds {describe(fn)}")
     stderr = io.StringIO()
     guard = _autograd_forbidden(exercise) if no_autograd else contextlib.nullcontext()
+    watch = forbidden(exercise, *forbid, inputs=inputs) if forbid else contextlib.nullcontext()
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stderr(stderr), _time_limit(time_limit), guard:
+        with watch, warnings.catch_warnings(), contextlib.redirect_stderr(stderr), _time_limit(time_limit), guard:
             warnings.simplefilter("ignore")
             return fn(*[_copy(a) for a in args])
     except NotImplementedError:
@@ -134,6 +188,8 @@ def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=F
                         "this exercise asks you to compute the derivative yourself", inputs)
     except _TimeLimit:
         _fail(exercise, f"did not return within {time_limit:g} s: is there a loop that never ends?", inputs)
+    except GradingError:
+        raise
     except Exception as err:  # any bug in student code becomes a readable failure
         _fail(exercise, f"raised {type(err).__name__}: {err}", inputs)
 
@@ -195,9 +251,10 @@ def expect_close(exercise, got, expected, *, inputs=None, names=None, rtol=None,
                       default_rtol if rtol is None else rtol, default_atol if atol is None else atol)
 
 
-def check_cases(exercise, student_fn, reference_fn, cases, *, no_autograd=False, **compare):
+def check_cases(exercise, student_fn, reference_fn, cases, *, no_autograd=False, forbid=(), **compare):
     """Run the student's function and the reference on every case (a dict of named inputs)."""
     for case in cases:
-        got = call_student(exercise, student_fn, *case.values(), names=list(case), no_autograd=no_autograd)
+        got = call_student(exercise, student_fn, *case.values(), names=list(case),
+                           no_autograd=no_autograd, forbid=forbid)
         expected = reference_fn(*case.values())
         expect_close(exercise, got, expected, inputs=case, **compare)

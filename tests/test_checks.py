@@ -138,3 +138,35 @@ def test_seeded_inputs_repeat_and_differ():
     assert torch.equal(inputs.randn(3, seed=7, device="cpu"), inputs.randn(3, seed=7, device="cpu"))
     assert not torch.equal(inputs.randn(3, seed=7, device="cpu"), inputs.randn(3, seed=8, device="cpu"))
     assert inputs.shapes(0, 4) == inputs.shapes(0, 4) and len(inputs.shapes(0, 4)) == 4
+
+
+def test_forbid_catches_a_feature_however_it_was_bound_and_reports_it():
+    from torch.utils.checkpoint import checkpoint as bound_early
+    from torch.amp import GradScaler
+
+    def by_module_path(x):
+        return torch.utils.checkpoint.checkpoint(torch.sin, x, use_reentrant=False)
+
+    def by_early_name(x):
+        return bound_early(torch.sin, x, use_reentrant=False)
+
+    def by_class(x):
+        GradScaler("cpu").get_scale()
+        return x
+
+    forbid = (torch.utils.checkpoint.checkpoint, GradScaler)
+    for fn in (by_module_path, by_early_name, by_class):
+        text = message(checks.call_student, "ex", fn, torch.ones(2), forbid=forbid)
+        assert text.startswith("ex: called torch.") and "build that yourself" in text
+    assert torch.equal(checks.call_student("ex", torch.sin, torch.zeros(2), forbid=forbid), torch.zeros(2))
+    import sys
+    assert sys.getprofile() is None  # the watch is removed afterwards
+
+
+def test_forbidden_block_guards_a_whole_session_of_calls():
+    from torch.amp import GradScaler
+    with pytest.raises(checks.GradingError, match="GradScaler"):
+        with checks.forbidden("scaler", GradScaler):
+            GradScaler("cpu", init_scale=4.0).update()  # raises: no scale() first
+    with checks.forbidden("scaler", GradScaler):
+        torch.ones(3).sum()
