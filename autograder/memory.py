@@ -1,0 +1,113 @@
+"""Memory that autograd keeps for backward, measured the same way on every device.
+
+PyTorch exposes no allocator statistics on the CPU, so the course counts what backward must
+keep: the tensors autograd saves, seen through `torch.autograd.graph.saved_tensors_hooks`.
+That count means the same on a laptop and on a GPU. On CUDA, `measure` adds the allocator's
+peak and times with CUDA events, so the GPU figures sit beside the portable ones.
+"""
+import contextlib
+import dataclasses
+import time
+import weakref
+
+import torch
+
+
+def _storage_key(t: torch.Tensor):
+    return (t.device, t.untyped_storage().data_ptr())
+
+
+class _Held:
+    """What autograd stores instead of a saved tensor: freed exactly when the graph is freed."""
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+class SavedTensorLedger:
+    """Count the bytes autograd saves inside a `with` block, and how many are still held.
+
+    `total_bytes`: every distinct storage saved during the block (a storage saved by two ops
+    counts once). `live_bytes`: those whose graph is still alive, which is what a training loop
+    that keeps loss tensors leaks. Only graphs built inside the block are seen.
+    """
+
+    def __init__(self):
+        self.total_bytes = 0
+        self.live_bytes = 0
+        self._seen = {}   # storage key -> bytes, for storages saved during the block
+        self._holds = {}  # storage key -> number of saved references still alive
+
+    def _pack(self, t):
+        key = _storage_key(t)
+        if key not in self._seen:
+            self._seen[key] = t.untyped_storage().nbytes()
+            self.total_bytes += self._seen[key]
+        if self._holds.get(key, 0) == 0:
+            self.live_bytes += self._seen[key]
+        self._holds[key] = self._holds.get(key, 0) + 1
+        held = _Held(t.detach())  # detached: holding t itself would tie a cycle through its grad_fn
+        weakref.finalize(held, self._release, key)
+        return held
+
+    def _release(self, key):
+        self._holds[key] -= 1
+        if self._holds[key] == 0:
+            self.live_bytes -= self._seen[key]
+
+    def __enter__(self):
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda held: held.tensor)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._hooks.__exit__(*exc)
+
+
+@dataclasses.dataclass
+class Measurement:
+    """One run of a forward + backward: what it saved, its device peak (CUDA only) and its time."""
+    saved_bytes: int
+    peak_bytes: int | None
+    seconds: float
+
+
+def _synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def _cuda_peak(device, result):
+    if device.type != "cuda":
+        yield
+        return
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    yield
+    torch.cuda.synchronize(device)
+    result["peak"] = torch.cuda.max_memory_allocated(device)
+
+
+def measure(step, device) -> Measurement:
+    """Run `step()` (forward and backward) once and measure it on `device`.
+
+    Saved bytes are counted on every device; the allocator peak and CUDA-event time only on
+    CUDA (wall time elsewhere), so one call serves the GPU and the CPU path alike.
+    """
+    device = torch.device(device)
+    result = {"peak": None}
+    with SavedTensorLedger() as ledger, _cuda_peak(device, result):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            _synchronize(device)
+            seconds = start.elapsed_time(end) / 1000
+        else:
+            began = time.perf_counter()
+            step()
+            seconds = time.perf_counter() - began
+    return Measurement(ledger.total_bytes, result["peak"], seconds)

@@ -1,0 +1,59 @@
+"""The saved-tensor ledger counts what backward keeps, and sees it freed with the graph."""
+import gc
+
+import pytest
+import torch
+
+from autograder.device import available_devices
+from autograder.memory import SavedTensorLedger, measure
+
+
+@pytest.fixture(params=available_devices())
+def device(request):
+    return torch.device(request.param)
+
+
+def test_counts_each_saved_storage_once(device):
+    x = torch.randn(1000, dtype=torch.float32, device=device, requires_grad=True)
+    with SavedTensorLedger() as ledger:
+        y = x * x          # saves x twice (self and other): one storage
+    assert ledger.total_bytes == 4000
+    with SavedTensorLedger() as ledger:
+        z = torch.exp(x)   # saves its output
+        w = z.sin()        # saves z again: still one storage
+    assert ledger.total_bytes == 4000
+    with SavedTensorLedger() as ledger:
+        (x + 1).sum()      # add and sum save no tensors
+    assert ledger.total_bytes == 0
+    del y, w
+
+
+def test_live_bytes_fall_to_zero_when_the_graph_dies(device):
+    w = torch.randn(64, 64, device=device, requires_grad=True)
+    with SavedTensorLedger() as ledger:
+        kept = []
+        for _ in range(3):
+            kept.append(torch.tanh(torch.randn(8, 64, device=device) @ w).sum())
+        held = ledger.live_bytes
+        assert held > 0 and held == ledger.total_bytes
+        kept.clear()
+        gc.collect()
+        assert ledger.live_bytes == 0
+        torch.tanh(w).sum().backward()   # backward frees what it used
+        assert ledger.live_bytes == 0
+
+
+def test_measure_reports_saved_bytes_and_time(device):
+    w = torch.randn(32, 32, device=device, requires_grad=True)
+    m = measure(lambda: torch.relu(w @ w).sum().backward(), device)
+    assert m.saved_bytes >= 32 * 32 * 4 and m.seconds > 0
+    assert (m.peak_bytes is None) == (device.type != "cuda")
+
+
+def test_gradients_are_unchanged_by_counting(device):
+    x = torch.randn(8, 16, dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.randn(16, 16, dtype=torch.float64, device=device, requires_grad=True)
+    plain = torch.autograd.grad(torch.tanh(torch.tanh(x @ w)).sum(), (x, w))
+    with SavedTensorLedger():
+        counted = torch.autograd.grad(torch.tanh(torch.tanh(x @ w)).sum(), (x, w))
+    assert all(torch.equal(a, b) for a, b in zip(plain, counted))
