@@ -30,12 +30,15 @@ class SavedTensorLedger:
 
     `total_bytes`: every distinct storage saved during the block (a storage saved by two ops
     counts once). `live_bytes`: those whose graph is still alive, which is what a training loop
-    that keeps loss tensors leaks. Only graphs built inside the block are seen.
+    that keeps loss tensors leaks. `peak_bytes`: the most that was live at once, which is what
+    checkpointing lowers (recomputation in backward saves again, briefly). Only graphs built
+    inside the block are seen.
     """
 
     def __init__(self):
         self.total_bytes = 0
         self.live_bytes = 0
+        self.peak_bytes = 0
         self._seen = {}   # storage key -> bytes, for storages saved during the block
         self._holds = {}  # storage key -> number of saved references still alive
 
@@ -46,6 +49,7 @@ class SavedTensorLedger:
             self.total_bytes += self._seen[key]
         if self._holds.get(key, 0) == 0:
             self.live_bytes += self._seen[key]
+            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
         self._holds[key] = self._holds.get(key, 0) + 1
         held = _Held(t.detach())  # detached: holding t itself would tie a cycle through its grad_fn
         weakref.finalize(held, self._release, key)

@@ -38,7 +38,7 @@ def test_live_bytes_fall_to_zero_when_the_graph_dies(device):
         assert held > 0 and held == ledger.total_bytes
         kept.clear()
         gc.collect()
-        assert ledger.live_bytes == 0
+        assert ledger.live_bytes == 0 and ledger.peak_bytes == held
         torch.tanh(w).sum().backward()   # backward frees what it used
         assert ledger.live_bytes == 0
 
