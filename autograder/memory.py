@@ -71,8 +71,10 @@ class SavedTensorLedger:
 
 @dataclasses.dataclass
 class Measurement:
-    """One run of a forward + backward: what it saved, its device peak (CUDA only) and its time."""
+    """One run of a forward + backward: what it saved (in all, and the most held at once), its
+    device peak (CUDA only) and its time."""
     saved_bytes: int
+    peak_saved_bytes: int
     peak_bytes: int | None
     seconds: float
 
@@ -114,4 +116,4 @@ def measure(step, device) -> Measurement:
             began = time.perf_counter()
             step()
             seconds = time.perf_counter() - began
-    return Measurement(ledger.total_bytes, result["peak"], seconds)
+    return Measurement(ledger.total_bytes, ledger.peak_bytes, result["peak"], seconds)
