@@ -1,8 +1,9 @@
 """nbgrader configuration for the course: run nbgrader commands from the repository root."""
-from nbgrader.converters import Autograde
+from nbgrader.converters import Autograde, GenerateFeedback
 from nbgrader.preprocessors import Execute
 
 from autograder.execution import SteadyClientMixin
+from autograder.feedback import HideHiddenTests
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
@@ -36,3 +37,9 @@ c.Autograde.autograde_preprocessors = [
 # nbgrader scores a test cell that writes to stderr as 0; library warnings must not cost points.
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"(UserWarning|FutureWarning|DeprecationWarning|RuntimeWarning)"
+
+
+# Feedback shows each check's message, never the hidden tests' source (see autograder/feedback.py).
+c.GenerateFeedback.preprocessors = [
+    HideHiddenTests, *GenerateFeedback.class_traits()["preprocessors"].default()
+]

@@ -4,6 +4,7 @@ Submissions: perfect, blank, one exercise wrong, one exercise blank with its tes
 to pass, and one with that test cell deleted. Edited or deleted tests must not earn points.
 """
 import csv
+import html
 import inspect
 import re
 import shutil
@@ -41,6 +42,20 @@ def points_by_name(nb):
         name = course.graded_name(meta["grade_id"])
         points[name] = points.get(name, 0) + meta["points"]
     return points
+
+
+def hidden_lines(solution, released):
+    """Distinctive lines of the hidden tests: long enough to be unique, absent from the release."""
+    visible = "\n".join(c.source for c in released.cells)
+    lines = set()
+    for cell in course.grade_cells(solution):
+        region = re.findall(r"BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", cell.source, flags=re.S)
+        lines |= {line.strip() for part in region for line in part.splitlines()}
+    return {line for line in lines if len(line) >= 25 and line not in visible}
+
+
+def page_text(path):
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
 
 
 def submission(released, answers, edit_test=None, delete_test=None):
@@ -96,4 +111,7 @@ def test_instructor_workflow_scores_submissions(name, tmp_path):
     with open(tmp_path / "grades.csv") as f:
         scores = {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
     assert scores == {student: float(expected) for student, (_, expected) in students.items()}
-    assert (tmp_path / "feedback" / "one_wrong" / name / f"{name}.html").exists()
+    feedback = page_text(tmp_path / "feedback" / "one_wrong" / name / f"{name}.html")
+    assert f"GradingError: {victim}:" in feedback, "the feedback must show why the exercise failed"
+    secrets = hidden_lines(solution, course.read(released))
+    assert secrets and not [line for line in secrets if line in feedback], "feedback shows hidden tests"
