@@ -1,7 +1,10 @@
 """nbgrader configuration for the course: run nbgrader commands from the repository root."""
+import os
+
 from nbgrader.converters import Autograde, GenerateFeedback
 from nbgrader.preprocessors import Execute
 
+from autograder.classgrade import EXECUTED_ENV, Recorded
 from autograder.execution import SteadyClientMixin
 from autograder.feedback import HideHiddenTests
 
@@ -29,8 +32,11 @@ class SteadyExecute(SteadyClientMixin, Execute):
     """nbgrader's Execute, without the stall that widget cells cause (see autograder/execution.py)."""
 
 
+# `backprop-course grade` has already run each submission in a sandbox, in parallel: nbgrader
+# then records the scores from those runs instead of executing the notebooks again.
+_run = Recorded if os.environ.get(EXECUTED_ENV) else SteadyExecute
 c.Autograde.autograde_preprocessors = [
-    SteadyExecute if step is Execute else step
+    _run if step is Execute else step
     for step in Autograde.class_traits()["autograde_preprocessors"].default()
 ]
 

@@ -1,0 +1,155 @@
+"""Run a submitted notebook so that nothing it does can stop the grading of anything else.
+
+A submission may loop forever (even ignoring interrupts), exit its kernel (`os._exit`), eat all
+memory or flood its output. nbclient alone would hang, stop at the first dead kernel or keep
+every byte. Here a cell that runs too long or kills its kernel gets an error output that says
+why (nbgrader scores it 0), the kernel is replaced, the cells that ran before it are replayed to
+rebuild the student's definitions, and execution goes on with the next cell.
+"""
+import contextlib
+import dataclasses
+import os
+import subprocess
+import threading
+import time
+
+import nbformat
+import psutil
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbgrader import utils
+
+from autograder.execution import SteadyNotebookClient
+
+
+@dataclasses.dataclass
+class Limits:
+    """What one submission may use. Seconds are wall time; memory is the kernel's resident set."""
+    cell_seconds: float = 60.0
+    submission_seconds: float = 900.0
+    memory_mb: int = 4096
+    output_chars: int = 100_000
+    threads: int = 1
+
+
+def error_output(ename, evalue):
+    return nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+class SandboxClient(SteadyNotebookClient):
+    """nbclient with a cap on how much output one cell may keep."""
+
+    output_chars = 100_000
+
+    def output(self, outs, msg, display_id, cell_index):
+        size = len(str(msg["content"].get("text", ""))) + len(str(msg["content"].get("data", "")))
+        self._kept = getattr(self, "_kept", {})
+        before = self._kept.get(cell_index, 0)
+        self._kept[cell_index] = before + size
+        if before + size <= self.output_chars:
+            return super().output(outs, msg, display_id, cell_index)
+        if before <= self.output_chars:
+            note = f"\n[output stopped here: a cell may keep {self.output_chars:,} characters]\n"
+            outs.append(nbformat.v4.new_output("stream", name="stdout", text=note))
+        return None
+
+
+class MemoryWatch:
+    """Kill the kernel when its processes hold more than `limit_mb` of memory; remember why."""
+
+    def __init__(self, pid, limit_mb, interval=0.1):
+        self.pid, self.limit, self.interval = pid, limit_mb * 2**20, interval
+        self.exceeded = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _rss(self, process):
+        try:
+            return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
+        except psutil.Error:
+            return 0
+
+    def _watch(self):
+        try:
+            process = psutil.Process(self.pid)
+        except psutil.Error:
+            return
+        while not self._stop.wait(self.interval):
+            if self._rss(process) > self.limit:
+                self.exceeded = True
+                with contextlib.suppress(psutil.Error):
+                    for p in [*process.children(recursive=True), process]:
+                        p.kill()
+                return
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def kernel_env(limits):
+    """The kernel's environment: the grader's, with the math libraries held to `threads`."""
+    env = dict(os.environ)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[name] = str(limits.threads)
+    env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    return env
+
+
+def _kernel_pid(client):
+    provisioner = getattr(client.km, "provisioner", None)
+    return getattr(getattr(provisioner, "process", None), "pid", None)
+
+
+def _replay(client, nb, indices, seconds):
+    """Run earlier cells again on a fresh kernel to rebuild definitions, keeping their first outputs."""
+    client.timeout = seconds
+    for index in indices:
+        original = nb.cells[index]
+        with contextlib.suppress(CellTimeoutError, DeadKernelError):
+            client.execute_cell(nbformat.from_dict(dict(original, outputs=[])), index)
+        nb.cells[index] = original  # nbclient stores the copy it ran; keep what the student saw first
+
+
+def run_notebook(nb, limits=Limits(), workdir=None):
+    """Execute `nb` in place within `limits`; return a list of (cell index, problem) it met."""
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    deadline = time.monotonic() + limits.submission_seconds
+    replayable, problems, position = [], [], 0
+    while position < len(code):
+        client = SandboxClient(nb, timeout=limits.cell_seconds, allow_errors=True, interrupt_on_timeout=False,
+                               kernel_name="python3", resources={"metadata": {"path": workdir or os.getcwd()}})
+        client.output_chars = limits.output_chars
+        with client.setup_kernel(env=kernel_env(limits), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+            with MemoryWatch(_kernel_pid(client), limits.memory_mb) as watch:
+                _replay(client, nb, replayable, limits.cell_seconds)
+                while position < len(code):
+                    index = code[position]
+                    position += 1
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        problem = f"not run: the submission used its whole {limits.submission_seconds:g} s"
+                        nb.cells[index].outputs = [error_output("SubmissionTimeLimit", problem)]
+                        problems.append((index, problem))
+                        continue
+                    client.timeout = min(limits.cell_seconds, remaining)
+                    try:
+                        client.execute_cell(nb.cells[index], index)
+                    except CellTimeoutError:
+                        problem = f"stopped after {client.timeout:g} s: does a loop never end?"
+                        nb.cells[index].outputs.append(error_output("CellTimeLimit", problem))
+                        problems.append((index, problem))
+                        break
+                    except DeadKernelError:
+                        problem = (f"the cell used more than {limits.memory_mb} MB of memory" if watch.exceeded
+                                   else "the cell ended the Python process (os._exit, a crash, or a signal)")
+                        nb.cells[index].outputs.append(error_output("KernelDied", problem))
+                        problems.append((index, problem))
+                        break
+                    if not utils.is_grade(nb.cells[index]):
+                        replayable.append(index)
+    return problems
+
