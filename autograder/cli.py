@@ -1,8 +1,12 @@
-"""Instructor command line: `backprop-course release [--check] [NOTEBOOK ...]`.
+"""Instructor command line: `backprop-course release` and `backprop-course grade`.
 
-`release` regenerates the student notebooks in notebooks/ from the nbgrader source in
+`release [--check] [NOTEBOOK ...]` regenerates the student notebooks in notebooks/ from the nbgrader source in
 solutions/ (solutions replaced by stubs, hidden tests removed, outputs cleared). It works in a
 temporary course directory, so the instructor's own gradebook and folders are never touched.
+
+`grade [NOTEBOOK ...]` grades every submission in submitted/ (or a folder of LMS .zip
+downloads) in parallel, records the scores in nbgrader's gradebook and writes a report; see
+autograder/classgrade.py.
 """
 import argparse
 import json
@@ -12,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 
 def assignments(root: pathlib.Path) -> list:
@@ -63,6 +68,25 @@ def release(root: pathlib.Path, names: list, check: bool) -> int:
     return 0
 
 
+def grade(args) -> int:
+    from autograder import classgrade, report
+    from autograder.sandbox import Limits
+
+    root = args.root.resolve()
+    names = args.notebooks or assignments(root)
+    limits = Limits(cell_seconds=args.cell_seconds, submission_seconds=args.submission_seconds,
+                    memory_mb=args.memory_mb, threads=max(1, (os.cpu_count() or 1) // args.workers))
+    began = time.monotonic()
+    results = classgrade.grade_class(root, names, workers=args.workers, scheduler=args.scheduler,
+                                     limits=limits, zips=args.zips, progress=not args.quiet)
+    minutes = (time.monotonic() - began) / 60
+    files = report.write_report(classgrade.scores(root, names), args.report or root / "reports")
+    print(f"graded {len(results)} submissions in {minutes:.1f} min "
+          f"({len(results) / max(minutes, 1e-9):.1f} per minute); scores are in the gradebook")
+    print("report: " + ", ".join(str(f) for f in files))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="backprop-course", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -70,7 +94,20 @@ def main(argv=None) -> int:
     rel.add_argument("notebooks", nargs="*", help="assignment names (default: all)")
     rel.add_argument("--check", action="store_true", help="only report stale notebooks (exit 1 if any)")
     rel.add_argument("--root", type=pathlib.Path, default=pathlib.Path.cwd(), help="the course repository")
+    gr = commands.add_parser("grade", help="grade every submission in parallel into the gradebook, with a report")
+    gr.add_argument("notebooks", nargs="*", help="assignment names (default: all)")
+    gr.add_argument("--root", type=pathlib.Path, default=pathlib.Path.cwd(), help="the course directory")
+    gr.add_argument("--zips", type=pathlib.Path, help="a folder of <student>.zip downloads to grade")
+    gr.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="local worker processes")
+    gr.add_argument("--scheduler", help="address of a Dask scheduler (default: a local cluster)")
+    gr.add_argument("--cell-seconds", type=float, default=60.0, help="time limit of one cell")
+    gr.add_argument("--submission-seconds", type=float, default=900.0, help="time limit of one notebook")
+    gr.add_argument("--memory-mb", type=int, default=4096, help="memory limit of one notebook's kernel")
+    gr.add_argument("--report", type=pathlib.Path, help="folder for the report (default: reports/)")
+    gr.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    if args.command == "grade":
+        return grade(args)
     return release(args.root.resolve(), args.notebooks, args.check)
 
 
