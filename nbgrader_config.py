@@ -4,7 +4,7 @@ import os
 from nbgrader.converters import Autograde, GenerateFeedback
 from nbgrader.preprocessors import Execute
 
-from autograder.classgrade import EXECUTED_ENV, Recorded
+from autograder.classgrade import EXECUTED_ENV, SANITIZE, Recorded
 from autograder.execution import SteadyClientMixin
 from autograder.feedback import HideHiddenTests
 
@@ -31,6 +31,9 @@ c.Execute.interrupt_on_timeout = True
 class SteadyExecute(SteadyClientMixin, Execute):
     """nbgrader's Execute, without the stall that widget cells cause (see autograder/execution.py)."""
 
+
+# A duplicated test cell must not fail the whole notebook (see classgrade.DropDuplicateIds).
+c.Autograde.sanitize_preprocessors = SANITIZE
 
 # `backprop-course grade` has already run each submission in a sandbox, in parallel: nbgrader
 # then records the scores from those runs instead of executing the notebooks again.

@@ -94,13 +94,28 @@ def ensure_in_gradebook(root: pathlib.Path, names: list, run) -> None:
             run("generate_assignment", name, "--force")
 
 
+class DropDuplicateIds(DeduplicateIds):
+    """nbgrader's DeduplicateIds leaves a duplicated test cell with empty nbgrader metadata,
+    which its own CheckCellMetadata then rejects, failing the whole notebook: drop it instead,
+    so the copy runs as an ordinary cell and only the original (restored) test cell scores."""
+
+    def preprocess_cell(self, cell, resources, index):
+        cell, resources = super().preprocess_cell(cell, resources, index)
+        if cell.metadata.get("nbgrader") == {}:
+            del cell.metadata["nbgrader"]
+        return cell, resources
+
+
+SANITIZE = [ClearOutput, DropDuplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata]
+
+
 def sanitized(root: pathlib.Path, sub: Submission) -> nbformat.NotebookNode:
     """The submission as nbgrader's autograde sees it before running it."""
     nb = nbformat.read(sub.path, as_version=4)
     resources = {"nbgrader": {"student": sub.student, "assignment": sub.assignment,
                               "notebook": sub.assignment, "db_url": db_url(root)}}
-    for step in (ClearOutput(), DeduplicateIds(), OverwriteKernelspec(), OverwriteCells(), CheckCellMetadata()):
-        nb, resources = step.preprocess(nb, resources)
+    for step in SANITIZE:
+        nb, resources = step().preprocess(nb, resources)
     return nb
 
 
@@ -216,7 +231,7 @@ def scores(root: pathlib.Path, names: list) -> list:
 
 
 def failure_messages(root: pathlib.Path, student: str, name: str) -> dict:
-    """{grade_id: first line of the error} from the autograded notebook."""
+    """{grade_id: the error's name and message} from the autograded notebook."""
     path = root / "autograded" / student / name / f"{name}.ipynb"
     if not path.exists():
         return {}
@@ -225,6 +240,6 @@ def failure_messages(root: pathlib.Path, student: str, name: str) -> dict:
         if cell.cell_type == "code" and utils.is_grade(cell):
             errors = [o for o in cell.outputs if o.output_type == "error"]
             if errors:
-                found[cell.metadata.nbgrader.grade_id] = f"{errors[0].ename}: {errors[0].evalue}".splitlines()[0]
+                found[cell.metadata.nbgrader.grade_id] = f"{errors[0].ename}: {errors[0].evalue}"
     return found
 

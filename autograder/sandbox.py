@@ -40,6 +40,10 @@ class SandboxClient(SteadyNotebookClient):
 
     output_chars = 100_000
 
+    def printed(self, cell_index) -> int:
+        """Characters of output the cell has sent so far, kept or not."""
+        return getattr(self, "_kept", {}).get(cell_index, 0)
+
     def output(self, outs, msg, display_id, cell_index):
         size = len(str(msg["content"].get("text", ""))) + len(str(msg["content"].get("data", "")))
         self._kept = getattr(self, "_kept", {})
@@ -151,5 +155,9 @@ def run_notebook(nb, limits=Limits(), workdir=None):
                         break
                     if not utils.is_grade(nb.cells[index]):
                         replayable.append(index)
+                    elif client.printed(index) > limits.output_chars:
+                        problem = f"the cell printed {client.printed(index):,} characters; at most {limits.output_chars:,} are allowed"
+                        nb.cells[index].outputs.append(error_output("OutputLimit", problem))
+                        problems.append((index, problem))
     return problems
 
