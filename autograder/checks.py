@@ -92,12 +92,16 @@ _AUTOGRAD_DOORS = [
 @contextlib.contextmanager
 def _autograd_forbidden(exercise):
     """Make every use of autograd raise, for exercises that must be derived by hand."""
-    def refuse(*args, **kwargs):
-        raise _UsedAutograd()
+    def refusal():
+        # one function per door: torch._dynamo, imported while the doors are shut, rejects
+        # a single function object registered under several torch names
+        def refuse(*args, **kwargs):
+            raise _UsedAutograd()
+        return refuse
 
     saved = [(owner, name, getattr(owner, name)) for owner, name in _AUTOGRAD_DOORS if hasattr(owner, name)]
     for owner, name, _ in saved:
-        setattr(owner, name, refuse)
+        setattr(owner, name, refusal())
     try:
         yield
     finally:

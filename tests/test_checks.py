@@ -170,3 +170,13 @@ def test_forbidden_block_guards_a_whole_session_of_calls():
             GradScaler("cpu", init_scale=4.0).update()  # raises: no scale() first
     with checks.forbidden("scaler", GradScaler):
         torch.ones(3).sum()
+
+
+def test_torch_dynamo_can_first_be_imported_while_autograd_is_forbidden():
+    import subprocess
+    import sys
+    code = ("import torch\nfrom autograder import checks\n"
+            "def fn(x):\n    import torch._dynamo\n    return x\n"
+            "checks.call_student('ex', fn, torch.ones(2), no_autograd=True)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
