@@ -1,0 +1,311 @@
+"""autograder.vjp_checks: inputs keep their layout, references are right, guards catch what they
+should and leave nothing behind, and each checker accepts a right answer and names a wrong one.
+
+The custom Functions and engines used as fixtures come from the mutation catalogue of notebook 03
+(`tests/mutants/nb03_vjp.py`), where they are already sorted into right and wrong.
+"""
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autograder import vjp_checks as vc
+from autograder.checks import GradingError
+from mutants import nb03_vjp as catalogue
+
+
+def softmax_vjp(y, g, dim=-1):
+    return y * (g - (g * y).sum(dim, keepdim=True))
+
+
+def unbroadcast(g, shape):
+    while g.dim() > len(shape):
+        g = g.sum(0)
+    for i, size in enumerate(shape):
+        if size == 1:
+            g = g.sum(i, keepdim=True)
+    return g
+
+
+# --- inputs --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 4), (5,), (2, 1, 3)])
+@pytest.mark.parametrize("layout", vc.LAYOUTS)
+def test_relayout_keeps_the_values_and_changes_the_strides(shape, layout):
+    t = vc.tensor(shape, seed=1)
+    moved = vc.relayout(t, layout)
+    assert torch.equal(moved, t)
+    if layout == "sliced" or (layout == "transposed" and len(shape) >= 2 and shape[-1] > 1 and shape[-2] > 1):
+        assert not moved.is_contiguous()
+
+
+def test_private_copies_keep_the_strides_and_share_no_memory():
+    for layout in ("transposed", "sliced"):
+        t = vc.tensor((3, 4), seed=2, layout=layout)
+        copy = vc._private_copy(t)
+        assert copy.stride() == t.stride() and torch.equal(copy, t)
+        copy.add_(1.0)
+        assert torch.equal(t, vc.tensor((3, 4), seed=2))
+
+
+def test_broadcast_patterns_are_valid_and_cover_every_kind():
+    pairs = vc.broadcast_patterns(seed=0, count=60)
+    kinds = set()
+    for target, g_shape in pairs:
+        assert torch.broadcast_shapes(target, g_shape) == torch.Size(g_shape)
+        leading = len(g_shape) > len(target)
+        stretched = any(t == 1 and s != 1 for t, s in zip(target, g_shape[len(g_shape) - len(target):]))
+        kinds.add((leading, stretched))
+    assert kinds == {(False, False), (True, False), (False, True), (True, True)}
+
+
+def test_dtype_layouts_cover_the_six_pairs_in_three_cases():
+    pairs = {pair for i in range(3) for pair in vc.dtype_layouts(i)}
+    assert pairs == {(d, layout) for d in vc.DTYPES for layout in vc.LAYOUTS}
+
+
+@pytest.mark.parametrize("builder, spec", [
+    (vc.relu_case, dict(shape=(3, 4), seed=1)),
+    (vc.sigmoid_case, dict(shape=(3, 4), seed=2)),
+    (vc.linear_case, dict(batch=(2, 3), n=4, m=5, seed=3, layout="transposed")),
+    (vc.matmul_case, dict(a_shape=(2, 1, 3, 4), b_shape=(5, 4, 2), seed=4)),
+    (vc.unbroadcast_case, dict(target=(3, 1), g_shape=(2, 3, 4), seed=5)),
+    (vc.softmax_case, dict(shape=(2, 3, 4), dim=1, seed=6, layout="sliced")),
+    (vc.layernorm_case, dict(shape=(2, 3, 5), seed=7, eps=0.1)),
+])
+def test_expected_values_are_autograds(builder, spec):
+    """The references agree with an independent computation (finite-difference-free closed forms)."""
+    case = builder(**spec)
+    inputs = case.inputs
+    if builder is vc.relu_case:
+        independent = inputs["g"] * (inputs["x"] > 0)
+    elif builder is vc.sigmoid_case:
+        independent = inputs["g"] * inputs["y"] * (1 - inputs["y"])
+    elif builder is vc.linear_case:
+        g2, x2 = inputs["g"].reshape(-1, 5), inputs["x"].reshape(-1, 4)
+        independent = (inputs["g"] @ inputs["W"], g2.T @ x2, g2.sum(0))
+    elif builder is vc.matmul_case:
+        independent = (unbroadcast(inputs["g"] @ inputs["B"].mT, (2, 1, 3, 4)),
+                       unbroadcast(inputs["A"].mT @ inputs["g"], (5, 4, 2)))
+    elif builder is vc.unbroadcast_case:
+        independent = inputs["g"].sum(0).sum(1, keepdim=True)
+    elif builder is vc.softmax_case:
+        independent = softmax_vjp(inputs["y"], inputs["g"], 1)
+    else:
+        x, w, g = inputs["x"], inputs["weight"], inputs["g"]
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)
+        xhat = (x - mean) / (var + 0.1).sqrt()
+        gh = g * w
+        gx = (gh - gh.mean(-1, keepdim=True) - xhat * (gh * xhat).mean(-1, keepdim=True)) / (var + 0.1).sqrt()
+        independent = (gx, (g * xhat).sum((0, 1)), g.sum((0, 1)))
+    expected = case.expected if isinstance(case.expected, tuple) else (case.expected,)
+    independent = independent if isinstance(independent, tuple) else (independent,)
+    for a, b in zip(expected, independent):
+        torch.testing.assert_close(a, b)
+
+
+# --- the VJP checker and its guards ----------------------------------------------------------------
+SOFTMAX_CASES = [vc.softmax_case((4, 64), dim=-1, seed=10), vc.softmax_case((3, 5), dim=0, seed=11, dtype=torch.float32)]
+
+
+def test_a_correct_vjp_passes():
+    vc.check_vjp("vjp_softmax", softmax_vjp, SOFTMAX_CASES)
+
+
+def no_guard_left_behind():
+    """After any check: no profile hook, no dispatch mode, autograd usable."""
+    assert sys.getprofile() is None
+    assert torch._C._len_torch_dispatch_stack() == 0
+    leaf = torch.ones(2, requires_grad=True)
+    assert torch.equal(torch.autograd.grad((leaf * 3).sum(), leaf)[0], torch.full((2,), 3.0))
+
+
+def secret_autograd(y, g, dim=-1):
+    with torch.enable_grad():
+        z = y.log().detach().requires_grad_(True)
+        return torch.autograd.grad(torch.softmax(z, dim), z, g)[0]
+
+
+def backward_kernel(y, g, dim=-1):
+    return torch._softmax_backward_data(g, y, dim, y.dtype)
+
+
+def jacobian(y, g, dim=-1):
+    ym, gm = y.movedim(dim, -1), g.movedim(dim, -1)
+    J = torch.diag_embed(ym) - ym[..., :, None] * ym[..., None, :]
+    return (J @ gm[..., None])[..., 0].movedim(-1, dim)
+
+
+def forgets_the_dot_product(y, g, dim=-1):
+    return y * g
+
+
+def not_written_yet(y, g, dim=-1):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("fn, message", [
+    (secret_autograd, "called autograd"),
+    (backward_kernel, "backward kernel aten::_softmax_backward_data"),
+    (jacobian, "allocated a tensor of shape (4, 64, 64)"),
+    (forgets_the_dot_product, "wrong values in dL/dz"),
+    (not_written_yet, "not implemented yet"),
+])
+def test_wrong_vjps_are_named_and_the_guards_are_removed(fn, message):
+    with pytest.raises(GradingError, match=None) as caught:
+        vc.check_vjp("vjp_softmax", fn, SOFTMAX_CASES)
+    assert message in str(caught.value)
+    assert "vjp_softmax" in str(caught.value)
+    no_guard_left_behind()
+
+
+def test_a_forbidden_call_is_caught_however_it_was_bound():
+    sum_to = torch.Tensor.sum_to_size
+    cases = [vc.unbroadcast_case((3, 1), (2, 3, 4), seed=12)]
+    vc.check_vjp("unbroadcast", unbroadcast, cases, forbidden_calls=("sum_to_size",))
+    for fn in (lambda g, shape: g.sum_to_size(tuple(shape)), lambda g, shape: sum_to(g, tuple(shape))):
+        with pytest.raises(GradingError, match="called sum_to_size"):
+            vc.check_vjp("unbroadcast", fn, cases, forbidden_calls=("sum_to_size",))
+        no_guard_left_behind()
+
+
+def test_the_learner_sees_the_layout_and_cannot_touch_the_reference():
+    seen = []
+
+    def spy(y, g, dim=-1):
+        seen.append((y.is_contiguous(), g.is_contiguous()))
+        out = softmax_vjp(y, g, dim)
+        y.zero_()  # an in-place edit of the learner's copy
+        return out
+
+    cases = [vc.softmax_case((3, 4), dim=-1, seed=13, layout=layout) for layout in vc.LAYOUTS]
+    kept = [c.inputs["y"].clone() for c in cases]
+    vc.check_vjp("vjp_softmax", spy, cases)
+    assert seen == [(True, True), (False, False), (False, False)]
+    assert all(torch.equal(c.inputs["y"], k) for c, k in zip(cases, kept))
+
+
+def test_a_failure_message_names_the_layout():
+    case = vc.softmax_case((3, 4), dim=-1, seed=14, layout="transposed")
+    with pytest.raises(GradingError, match="y, g non-contiguous"):
+        vc.check_vjp("vjp_softmax", forgets_the_dot_product, [case])
+
+
+def test_human_bytes():
+    assert vc.human_bytes(512) == "512 bytes"
+    assert vc.human_bytes(3 * 1024**2) == "3.0 MiB"
+    assert vc.human_bytes(2 * 1024**5) == "2.0 PiB"
+
+
+# --- custom Functions ------------------------------------------------------------------------------
+LSE_CASES = [vc.logsumexp_case((3, 5), dim=1, seed=20), vc.logsumexp_case((2, 3, 4), dim=0, seed=21, layout="sliced"),
+             vc.logsumexp_case(None, dim=1, seed=22, dtype=torch.float32, values=[[1000.0, 1000.0], [-1000.0, 1.0]])]
+
+
+def test_a_correct_logsumexp_passes_every_check():
+    for right in (catalogue._LSEBase, catalogue.LSESetupContext):
+        vc.check_logsumexp("StableLogSumExp", right, LSE_CASES)
+        vc.check_gradchecks("StableLogSumExp", lambda fn=right: (lambda t: fn.apply(t, 1)), vc.tensor((3, 4), seed=23),
+                            what="apply(x, 1)")
+    no_guard_left_behind()
+
+
+@pytest.mark.parametrize("cls, message", [
+    (catalogue.LSESecretAutograd, "called autograd"),
+    (catalogue.LSECallsTorch, "called aten::logsumexp"),
+    (catalogue.LSENaive, "exp overflows"),
+    (catalogue.LSEOneGradient, "backward should return a tuple of 2 values"),
+    (catalogue.STRDetachTrick, "should be a subclass of torch.autograd.Function"),
+])
+def test_wrong_logsumexps_are_named(cls, message):
+    with pytest.raises(GradingError) as caught:
+        vc.check_logsumexp("StableLogSumExp", cls, LSE_CASES)
+    assert message in str(caught.value)
+    no_guard_left_behind()
+
+
+def test_gradgradcheck_catches_a_backward_that_is_not_differentiable():
+    with pytest.raises(GradingError, match="gradgradcheck failed"):
+        vc.check_gradchecks("StableLogSumExp", lambda: (lambda t: catalogue.LSEDetachedBackward.apply(t, 1)),
+                            vc.tensor((3, 4), seed=24), what="apply(x, 1)")
+
+
+def test_the_backward_is_called_without_the_engine():
+    """The direct call is what proves a closed form: a backward that asks autograd fails even though
+    the engine itself is allowed around it (gradcheck runs later, outside the guard)."""
+    calls = []
+
+    class Spy(catalogue._LSEBase):
+        @staticmethod
+        def backward(ctx, grad_out):
+            calls.append(torch.is_grad_enabled())
+            return catalogue._LSEBase.backward(ctx, grad_out)
+
+    vc.check_logsumexp("StableLogSumExp", Spy, LSE_CASES[:1])
+    assert calls[0] is False  # the direct call, under no_grad, then the call through the engine
+    assert len(calls) == 2
+
+
+def test_straight_through_checks():
+    cases = [vc.rounding_cases(seed=30), vc.rounding_cases(seed=31, dtype=torch.float32, layout="transposed")]
+    vc.check_straight_through("StraightThroughRound", catalogue.STRSetupContext, cases)
+    for wrong, message in ((catalogue.STRZeros, "should be g itself"), (catalogue.STRHalfUp, "forward output"),
+                           (catalogue.STRInteger, "grad_fn is None")):
+        with pytest.raises(GradingError, match=message):
+            vc.check_straight_through("StraightThroughRound", wrong, cases)
+    x, _, _ = vc.rounding_cases(seed=32)
+    assert ((x - x.floor()) == 0.5).any()  # the cases hold exact halves
+
+
+# --- the tensor engine ------------------------------------------------------------------------------
+def test_a_correct_engine_passes_every_check():
+    for engine in (catalogue.AltTensor, catalogue.MarkerStackTensor):
+        vc.check_engine_expression("Tensor", engine, "((a * b + a).relu() * a).mean()", {"a": (3, 4), "b": (4,)}, seed=40)
+        vc.check_engine_expression("Tensor", engine, "(k @ a + 1.0).sum()", {"a": (3, 2)}, seed=41,
+                                   dtype=torch.float32, constants={"k": (4, 3)})
+        vc.check_engine_mlp("Tensor", engine, n_in=2, hidden=5, n_out=1, batch=6, seed=42)
+        vc.check_engine_training("Tensor", engine, hidden=8, steps=40, lr=0.1, seed=43, min_drop=1.5)
+        vc.check_engine_deep("Tensor", engine, steps=1500, ladder=True)
+    no_guard_left_behind()
+
+
+def test_a_reference_training_run_lowers_the_loss():
+    x, y = vc.toy_regression(seed=0)
+    params = vc._mlp_params(1, 16, 1, 1, torch.float64)
+    losses, _ = vc.train_with_autograd(x, y, params, steps=150, lr=0.1)
+    mine, _ = vc.train_with_engine(catalogue.AltTensor, x, y, params, steps=150, lr=0.1)
+    assert losses[-1] * 4 < losses[0]
+    torch.testing.assert_close(torch.tensor(mine), torch.tensor(losses))
+
+
+@pytest.mark.parametrize("engine, check, message", [
+    (catalogue.AssigningTensor, "expression", "wrong values in a.grad"),
+    (catalogue.NoUnbroadcastAdd, "mlp", "b1.grad has shape (5, 5), expected (5,)"),
+    (catalogue.RecursiveTensor, "deep", "RecursionError"),
+    (catalogue.SecretAutogradTensor, "expression", "called autograd"),
+    (catalogue.MeanWithoutDivide, "training", "the training loss differs from PyTorch's"),
+])
+def test_wrong_engines_are_named(engine, check, message):
+    run = {"expression": lambda: vc.check_engine_expression("Tensor", engine, "(a * a + a).mean()", {"a": (3,)}, seed=50),
+           "mlp": lambda: vc.check_engine_mlp("Tensor", engine, n_in=2, hidden=5, n_out=1, batch=5, seed=51),
+           "deep": lambda: vc.check_engine_deep("Tensor", engine, steps=3000),
+           "training": lambda: vc.check_engine_training("Tensor", engine, hidden=8, steps=20, lr=0.1, seed=52)}[check]
+    with pytest.raises(GradingError) as caught:
+        run()
+    assert message in str(caught.value)
+    no_guard_left_behind()
+
+
+def test_the_recursion_limit_is_restored():
+    before = sys.getrecursionlimit()
+    with pytest.raises(GradingError):
+        vc.check_engine_deep("Tensor", catalogue.RecursiveTensor, steps=3000)
+    assert sys.getrecursionlimit() == before
+
+
+def test_layer_norm_reference_uses_the_biased_variance():
+    case = vc.layernorm_case((2, 4), seed=60, eps=0.0)
+    x, w, b = case.inputs["x"], case.inputs["weight"], case.inputs["bias"]
+    y = F.layer_norm(x, (4,), w, b, 0.0)
+    xhat = (x - x.mean(-1, keepdim=True)) / x.var(-1, keepdim=True, unbiased=False).sqrt()
+    torch.testing.assert_close(y, xhat * w + b)
