@@ -1,0 +1,338 @@
+"""autograder.scaler_checks: correct answers pass, wrong ones fail with a message that names the problem."""
+import copy
+import math
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autograder import scaler_checks
+from autograder.checks import GradingError
+from autograder.scaler_checks import GradientStream
+
+
+# --- small implementations the checks are tried on ---------------------------------------------------
+def underflow_ok(t, dtype=torch.float16):
+    nonzero = t != 0
+    count = int(nonzero.sum())
+    return int(((t.to(dtype) == 0) & nonzero).sum()) / count if count else 0.0
+
+
+def underflow_all_entries(t, dtype=torch.float16):
+    return int(((t.to(dtype) == 0) & (t != 0)).sum()) / max(t.numel(), 1)
+
+
+def grads_ok(model, loss_fn, x, y, scale):
+    half = copy.deepcopy(model).half()
+    (loss_fn(half(x.half()).float(), y) * scale).backward()
+    return [p.grad.float() / scale for p in half.parameters()]
+
+
+def grads_ignoring_scale(model, loss_fn, x, y, scale):
+    return grads_ok(model, loss_fn, x, y, 1.0)
+
+
+def grads_not_unscaled(model, loss_fn, x, y, scale):
+    return [g * scale for g in grads_ok(model, loss_fn, x, y, scale)]
+
+
+def grads_in_place(model, loss_fn, x, y, scale):
+    model.half()
+    (loss_fn(model(x.half()).float(), y) * scale).backward()
+    return [p.grad.float() / scale for p in model.parameters()]
+
+
+def grads_in_fp32(model, loss_fn, x, y, scale):
+    twin = copy.deepcopy(model)
+    (loss_fn(twin(x), y) * scale).backward()
+    return [p.grad / scale for p in twin.parameters()]
+
+
+class Scaler:
+    """A correct dynamic loss scaler."""
+
+    def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+        self.s, self.up, self.down, self.every = float(init_scale), growth_factor, backoff_factor, growth_interval
+        self.count, self.bad = 0, None
+
+    def scale(self, loss):
+        return loss * self.s
+
+    def unscale_(self, optimizer):
+        self.bad = False
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        self.bad = self.bad or not bool(torch.isfinite(p.grad).all())
+                        p.grad.div_(self.s)
+
+    def step(self, optimizer):
+        if self.bad is None:
+            self.unscale_(optimizer)
+        if self.bad:
+            return False
+        optimizer.step()
+        return True
+
+    def update(self):
+        if self.bad:
+            self.s, self.count = self.s * self.down, 0
+        else:
+            self.count += 1
+            if self.count == self.every:
+                self.s, self.count = self.s * self.up, 0
+        self.bad = None
+
+    def get_scale(self):
+        return self.s
+
+
+class GrowsEveryStep(Scaler):
+    def update(self):
+        self.s *= self.down if self.bad else self.up
+        self.bad = None
+
+
+class UnscalesTwice(Scaler):
+    def step(self, optimizer):
+        self.unscale_(optimizer)
+        return super().step(optimizer)
+
+
+class StepsOnNaN(Scaler):
+    def step(self, optimizer):
+        if self.bad is None:
+            self.unscale_(optimizer)
+        optimizer.step()
+        return True
+
+
+class KernelUser(Scaler):
+    def update(self):
+        scale, tracker = torch.tensor(self.s), torch.tensor(self.count, dtype=torch.int32)
+        torch._amp_update_scale_(scale, tracker, torch.tensor(float(bool(self.bad))), self.up, self.down, self.every)
+        self.s, self.count, self.bad = scale.item(), int(tracker), None
+
+
+class OtherDefault(Scaler):
+    def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=100):
+        super().__init__(init_scale, growth_factor, backoff_factor, growth_interval)
+
+
+def message(excinfo):
+    return str(excinfo.value)
+
+
+# --- underflow_fraction ------------------------------------------------------------------------------
+def test_smallest_subnormal_of_each_format():
+    assert scaler_checks.smallest_subnormal(torch.float16) == 2.0 ** -24
+    assert scaler_checks.smallest_subnormal(torch.bfloat16) == 2.0 ** -133
+    assert scaler_checks.smallest_subnormal(torch.float32) == 2.0 ** -149
+
+
+def test_underflow_reference_on_the_exercise_example_and_empty_inputs():
+    assert scaler_checks.underflow_reference(torch.tensor([1e-8, -1e-8, 1e-6, 0.0, 1.0])) == 0.5
+    assert scaler_checks.underflow_reference(torch.zeros(3)) == 0.0
+    assert scaler_checks.underflow_reference(torch.zeros(0)) == 0.0
+    # ties at half the smallest subnormal round to even, which is 0
+    assert scaler_checks.underflow_reference(torch.tensor([2.0 ** -25, 2.0 ** -25 * (1 + 2 ** -10)])) == 0.5
+
+
+def test_check_underflow_fraction_accepts_a_correct_answer_on_edges():
+    for target, source in [(torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float64)]:
+        scaler_checks.check_underflow_fraction("u", underflow_ok, scaler_checks.edge_values(target, source), target)
+
+
+def test_check_underflow_fraction_explains_a_wrong_denominator():
+    with pytest.raises(GradingError) as excinfo:
+        scaler_checks.check_underflow_fraction("u", underflow_all_entries, torch.tensor([1e-8, 0.0, 0.0, 1.0]))
+    text = message(excinfo)
+    assert "expected 0.5" in text and "2 zero (left out)" in text and "1 of the non-zero ones become exactly 0" in text
+
+
+def test_check_underflow_fraction_wants_a_python_float():
+    with pytest.raises(GradingError, match="should return a Python float"):
+        scaler_checks.check_underflow_fraction("u", lambda t, dtype=None: torch.tensor(0.5), torch.tensor([1e-8, 1.0]))
+
+
+def test_log_uniform_is_seeded_and_spread():
+    a = scaler_checks.log_uniform(1000, seed=3, low=1e-10, high=1e-2, zeros=0.2, device="cpu")
+    b = scaler_checks.log_uniform(1000, seed=3, low=1e-10, high=1e-2, zeros=0.2, device="cpu")
+    assert torch.equal(a, b)
+    nonzero = a[a != 0].abs().double()
+    assert 0.1 < (a == 0).float().mean().item() < 0.3
+    assert nonzero.min() >= 1e-10 * 0.999 and nonzero.max() <= 1e-2 * 1.001 and (a < 0).any()
+
+
+# --- scaled_fp16_grads -------------------------------------------------------------------------------
+@pytest.fixture()
+def small_problem():
+    model = scaler_checks.mlp((6, 16, 8), seed=10, device="cpu")
+    x = torch.randn(32, 6, generator=torch.Generator().manual_seed(1))
+    y = torch.randn(32, 8, generator=torch.Generator().manual_seed(2))
+    return model, scaler_checks.small_mse(20), x, y
+
+
+def test_reference_grads_are_float64_autograd(small_problem):
+    model, loss_fn, x, y = small_problem
+    ref = scaler_checks.reference_grads(model, loss_fn, x, y)
+    assert all(g.dtype == torch.float64 for g in ref)
+    loss = loss_fn(model(x), y)
+    for r, g in zip(ref, torch.autograd.grad(loss, list(model.parameters()))):
+        assert torch.allclose(r.float(), g, rtol=1e-4, atol=1e-12)
+
+
+def test_scaled_fp16_grads_check_accepts_and_shows_the_gap(small_problem, capsys):
+    assert scaler_checks.check_scaled_fp16_grads("g", grads_ok, *small_problem, scales=[2.0 ** 12, 2.0 ** 14],
+                                                 tolerance=0.02, show=True) is None
+    printed = capsys.readouterr().out
+    values = [float(part.rsplit(": ", 1)[1]) for part in printed.split(": ", 1)[1].strip().split("; ")]
+    assert "plain fp16" in printed and values[0] >= 0.5 and all(v < 0.02 for v in values[1:])
+    assert scaler_checks.check_shows_fp16("g", grads_ok, *small_problem) is None
+
+
+@pytest.mark.parametrize("fn, words", [
+    (grads_ignoring_scale, "exactly 0"),
+    (grads_not_unscaled, "times too large"),
+    (grads_in_place, "changed the caller's model"),
+])
+def test_scaled_fp16_grads_check_names_the_bug(small_problem, fn, words):
+    with pytest.raises(GradingError) as excinfo:
+        scaler_checks.check_scaled_fp16_grads("g", fn, *small_problem, scales=[2.0 ** 12], tolerance=0.02)
+    assert words in message(excinfo)
+
+
+def test_a_float32_answer_fails_the_fp16_check(small_problem):
+    scaler_checks.check_scaled_fp16_grads("g", grads_in_fp32, *small_problem, scales=[2.0 ** 12], tolerance=0.02)
+    with pytest.raises(GradingError, match="as accurate as float32"):
+        scaler_checks.check_shows_fp16("g", grads_in_fp32, *small_problem)
+
+
+def test_existing_grad_of_the_caller_is_protected(small_problem):
+    model, loss_fn, x, y = small_problem
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+
+    def touches_grad(model, loss_fn, x, y, scale):
+        grads = grads_ok(model, loss_fn, x, y, scale)
+        next(model.parameters()).grad.zero_()
+        return grads
+
+    scaler_checks.check_scaled_fp16_grads("g", grads_ok, model, loss_fn, x, y, scales=[2.0 ** 12], tolerance=0.02)
+    with pytest.raises(GradingError, match="changed .grad"):
+        scaler_checks.check_scaled_fp16_grads("g", touches_grad, model, loss_fn, x, y, scales=[2.0 ** 12], tolerance=0.02)
+
+
+def test_too_easy_inputs_are_a_grader_error(small_problem):
+    model, _, x, y = small_problem
+    with pytest.raises(RuntimeError, match="too easy"):
+        scaler_checks.check_scaled_fp16_grads("g", grads_ok, model, F.mse_loss, x, y, scales=[2.0 ** 12])
+
+
+# --- DynamicLossScaler ---------------------------------------------------------------------------------
+def test_stream_patterns_are_validated():
+    with pytest.raises(ValueError, match="unknown steps"):
+        GradientStream("bad", "..x", seed=0)
+    with pytest.raises(ValueError, match="power of 2"):
+        GradientStream("bad", "B", seed=0, overflow_from=1000.0)
+
+
+def test_stream_coefficients_hold_what_the_pattern_says():
+    stream = GradientStream("all kinds", ".+-NBS", seed=4, overflow_from=2.0 ** 10)
+    coeffs = [torch.cat([c.flatten() for c in stream.coefficients(t, "cpu")]) for t in range(6)]
+    assert torch.isfinite(coeffs[0]).all()
+    assert (coeffs[1] == math.inf).sum() == 1 and (coeffs[2] == -math.inf).sum() == 1 and coeffs[3].isnan().sum() == 1
+    big = coeffs[4].abs().max()
+    assert torch.isfinite(big * 2.0 ** 9) and not torch.isfinite(big * 2.0 ** 10)
+    assert torch.isfinite(coeffs[5]).all() and not torch.isfinite(coeffs[5].sum())
+    again = torch.cat([c.flatten() for c in stream.coefficients(0, "cpu")])
+    assert torch.equal(coeffs[0], again)
+
+
+STREAMS = [
+    (GradientStream("mixed", "..+....N.-......", seed=1), dict(init_scale=1024.0, growth_interval=3)),
+    (GradientStream("sawtooth", "B" * 30, seed=2, overflow_from=2.0 ** 10), dict(init_scale=2.0 ** 14, growth_interval=3)),
+    (GradientStream("factors", ".N...+....", seed=3), dict(init_scale=100.0, growth_factor=3.0, backoff_factor=0.3,
+                                                             growth_interval=2)),
+    (GradientStream("huge", "..S..", seed=4), dict(init_scale=1.0, growth_interval=50)),
+]
+
+
+@pytest.mark.parametrize("stream, settings", STREAMS, ids=[s.name for s, _ in STREAMS])
+@pytest.mark.parametrize("unscale_first", [False, True])
+def test_a_correct_scaler_matches_gradscaler(stream, settings, unscale_first):
+    reference, got = scaler_checks.side_by_side("s", Scaler, stream, unscale_first=unscale_first,
+                                                clip=1.0 if unscale_first else None, **settings)
+    assert scaler_checks.check_against_gradscaler("s", Scaler, stream, **settings) is None
+    assert len(reference) == len(got) == len(stream.pattern)
+    assert [r.stepped for r in reference] == [g.stepped for g in got]
+
+
+def test_the_sawtooth_really_overflows_and_grows():
+    reference, _ = scaler_checks.side_by_side("s", Scaler, *STREAMS[1][:1], **STREAMS[1][1])
+    scales = [r.scale_after for r in reference]
+    assert not all(r.stepped for r in reference) and max(scales[10:]) > min(scales[10:])
+
+
+def test_a_wrong_scaler_is_named_at_its_first_wrong_step():
+    with pytest.raises(GradingError) as excinfo:
+        scaler_checks.check_against_gradscaler("DynamicLossScaler", GrowsEveryStep, *STREAMS[0][:1], **STREAMS[0][1])
+    text = message(excinfo)
+    assert "at step 0" in text and "after update() the scale is 2048.0, GradScaler's is 1024.0" in text
+    assert "step  grads | GradScaler" in text
+
+
+def test_unscaling_twice_and_stepping_on_nan_are_explained():
+    with pytest.raises(GradingError, match="not divided by the scale exactly once"):
+        scaler_checks.check_against_gradscaler("s", UnscalesTwice, STREAMS[0][0], unscale_first=True, **STREAMS[0][1])
+    with pytest.raises(GradingError, match="GradScaler skipped this step"):
+        scaler_checks.check_against_gradscaler("s", StepsOnNaN, *STREAMS[0][:1], **STREAMS[0][1])
+
+
+def test_long_histories_are_cut_to_the_last_rows():
+    stream = GradientStream("long", "." * 30 + "N", seed=5)
+
+    class MissesNaN(Scaler):
+        def unscale_(self, optimizer):
+            super().unscale_(optimizer)
+            self.bad = False
+
+    with pytest.raises(GradingError) as excinfo:
+        scaler_checks.check_against_gradscaler("s", MissesNaN, stream, init_scale=8.0, growth_interval=100)
+    assert "earlier steps agree" in message(excinfo) and "at step 30" in message(excinfo)
+
+
+def test_gradscaler_itself_is_refused_however_it_is_reached():
+    class Subclass(torch.amp.GradScaler):
+        def __init__(self, **kwargs):
+            super().__init__("cpu", **kwargs)
+
+    profile = sys.getprofile()
+    with pytest.raises(GradingError, match="called torch.amp.grad_scaler.GradScaler"):
+        scaler_checks.check_against_gradscaler("s", Subclass, *STREAMS[0][:1], **STREAMS[0][1])
+    with pytest.raises(GradingError, match="_amp_update_scale_"):
+        scaler_checks.check_against_gradscaler("s", KernelUser, *STREAMS[0][:1], **STREAMS[0][1])
+    assert sys.getprofile() is profile
+
+
+def test_errors_in_the_learner_methods_name_the_call_and_step():
+    class Broken(Scaler):
+        def update(self):
+            raise ValueError("oops")
+
+    with pytest.raises(GradingError, match=r"at step 0, update\(\) raised ValueError: oops"):
+        scaler_checks.check_against_gradscaler("s", Broken, *STREAMS[0][:1], **STREAMS[0][1])
+
+
+def test_check_defaults():
+    scaler_checks.check_defaults("s", Scaler)
+
+    class Keywords(Scaler):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+
+    scaler_checks.check_defaults("s", Keywords)  # declares nothing: left to the behaviour checks
+    with pytest.raises(GradingError, match="default of growth_interval is 100"):
+        scaler_checks.check_defaults("s", OtherDefault)
