@@ -18,7 +18,6 @@ import gc
 import math
 import random
 import re
-import sys
 
 import graphviz
 import torch
@@ -173,21 +172,6 @@ class _Recursed(BaseException):
     """Carries a RecursionError out of checks.call_student, which would report it generically."""
 
 
-@contextlib.contextmanager
-def _recursion_headroom(frames=2000):
-    """Cap the recursion limit at the current depth + `frames` (never raise it), so that a
-    recursive graph walk fails the same way on every machine, whatever limit a kernel set."""
-    depth, frame = 0, sys._getframe()
-    while frame is not None:
-        depth, frame = depth + 1, frame.f_back
-    previous = sys.getrecursionlimit()
-    sys.setrecursionlimit(min(previous, depth + frames))
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(previous)
-
-
 def run_student(exercise, fn, *, what, time_limit=20.0):
     """checks.call_student for a zero-argument step of the learner's engine, with `what` it does."""
     def guarded():
@@ -197,7 +181,7 @@ def run_student(exercise, fn, *, what, time_limit=20.0):
             raise _Recursed(str(err)) from None
 
     try:
-        with _recursion_headroom():
+        with checks.recursion_headroom():
             return checks.call_student(exercise, guarded, names=[], time_limit=time_limit)
     except _Recursed as err:
         raise GradingError(
@@ -508,9 +492,8 @@ def random_expression(seed, ops, *, leaves=3, steps=12):
         xv = values[x]
         if op in ("+", "-", "*", "/"):
             y = x if rng.random() < 0.15 else pick()
-            yv = values[y]
             if rng.random() < 0.35:  # a constant, on either side
-                y = yv = rng.choice((0.5, 1.5, 2.0, 3.0, -1.25))
+                y = rng.choice((0.5, 1.5, 2.0, 3.0, -1.25))
             operands = (y, x) if isinstance(y, float) and rng.random() < 0.5 else (x, y)
             first, second = (values[o] if isinstance(o, int) else o for o in operands)
             if op == "/" and abs(second) < 0.3:

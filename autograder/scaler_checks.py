@@ -500,7 +500,7 @@ def _grad_problem(got, expected, scale):
     typical = ratios.median().item() if ratios.numel() else math.nan
     text = f"after unscale_(), the gradients differ from GradScaler's (yours / GradScaler's is about {typical:.4g}"
     if math.isfinite(typical) and scale and abs(typical * scale - 1) < 1e-3:
-        text += f" = 1/scale: divided by the scale twice?)"
+        text += " = 1/scale: divided by the scale twice?)"
     elif math.isfinite(typical) and scale and abs(typical / scale - 1) < 1e-3:
         text += ": not divided by the scale at all?)"
     elif math.isfinite(typical) and scale and abs(typical / scale ** 2 - 1) < 1e-3:

@@ -32,7 +32,6 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from autograder import checks, inputs
-from autograder.checks import GradingError
 from autograder.device import get_device
 
 LAYOUTS = ("contiguous", "transposed", "sliced")
@@ -48,14 +47,7 @@ def dtype_layouts(i):
     return [(torch.float64, LAYOUTS[i % 3]), (torch.float32, LAYOUTS[(i + 1) % 3])]
 
 
-def _fail(exercise, what, shown=None, details=""):
-    """Raise the GradingError every check raises: the exercise, what is wrong, the input, details."""
-    message = f"{exercise}: {what}"
-    if shown:
-        message += f"\n  on input:\n{checks.describe_inputs(shown)}"
-    if details:
-        message += "\n" + details
-    raise GradingError(message)
+_fail = checks._fail  # the one GradingError format: exercise, what is wrong, the input, details
 
 
 def tolerances(dtype):
@@ -526,21 +518,6 @@ def rounding_cases(seed, dtype=torch.float64, layout="contiguous", shape=(4, 6))
 
 
 # --- the tiny tensor engine ------------------------------------------------------------------------
-@contextlib.contextmanager
-def _recursion_headroom(frames=2000):
-    """Cap the recursion limit at the current depth + `frames` (never raise it), so that a recursive
-    graph walk fails the same way whatever limit the kernel set."""
-    depth, frame = 0, sys._getframe()
-    while frame is not None:
-        depth, frame = depth + 1, frame.f_back
-    previous = sys.getrecursionlimit()
-    sys.setrecursionlimit(min(previous, depth + frames))
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(previous)
-
-
 def _engine_value(exercise, node, what, shown):
     data = getattr(node, "data", None)
     if not isinstance(data, torch.Tensor):
@@ -562,7 +539,7 @@ def _call_engine(exercise, step, shown, *, time_limit=20.0):
     limit that is the same everywhere; `shown` labels every failure (the expression, the model)."""
     def guarded(*_shown):
         try:
-            with _recursion_headroom():
+            with checks.recursion_headroom():
                 return step()
         except RecursionError as err:
             _fail(exercise, f"backward() raised RecursionError ({err}): walk the graph with a loop and "
