@@ -13,10 +13,6 @@ import weakref
 import torch
 
 
-def _storage_key(t: torch.Tensor):
-    return (t.device, t.untyped_storage().data_ptr())
-
-
 class _Held:
     """What autograd stores instead of a saved tensor: freed exactly when the graph is freed."""
     __slots__ = ("tensor", "__weakref__")
@@ -29,36 +25,41 @@ class SavedTensorLedger:
     """Count the bytes autograd saves inside a `with` block, and how many are still held.
 
     `total_bytes`: every distinct storage saved during the block (a storage saved by two ops
-    counts once). `live_bytes`: those whose graph is still alive, which is what a training loop
-    that keeps loss tensors leaks. `peak_bytes`: the most that was live at once, which is what
-    checkpointing lowers (recomputation in backward saves again, briefly). Only graphs built
-    inside the block are seen.
+    counts once; a view counts its whole storage). `live_bytes`: those whose graph is still
+    alive, which is what a training loop that keeps loss tensors leaks. `peak_bytes`: the most
+    that was live at once, which is what checkpointing lowers (recomputation in backward saves
+    again, briefly). Only graphs built inside the block are seen.
+
+    A storage is known by its address only while it lives: it is forgotten when it dies (PyTorch
+    keeps one Python object per storage, which can carry a weak reference), so a new storage that
+    the allocator places at a freed address counts as new.
     """
 
     def __init__(self):
-        self.total_bytes = 0
-        self.live_bytes = 0
-        self.peak_bytes = 0
-        self._seen = {}   # storage key -> bytes, for storages saved during the block
-        self._holds = {}  # storage key -> number of saved references still alive
+        self.total_bytes = self.live_bytes = self.peak_bytes = 0
+        self._sizes = {}  # storage key -> bytes, for saved storages that are still alive
+        self._holds = {}  # storage key -> saved references still held by autograd
 
     def _pack(self, t):
-        key = _storage_key(t)
-        if key not in self._seen:
-            self._seen[key] = t.untyped_storage().nbytes()
-            self.total_bytes += self._seen[key]
+        storage = t.untyped_storage()
+        key = (t.device, storage.data_ptr())
+        if key not in self._sizes:
+            self._sizes[key] = storage.nbytes()
+            self.total_bytes += self._sizes[key]
+            weakref.finalize(storage, self._sizes.pop, key, None).atexit = False
+        size = self._sizes[key]
         if self._holds.get(key, 0) == 0:
-            self.live_bytes += self._seen[key]
+            self.live_bytes += size
             self.peak_bytes = max(self.peak_bytes, self.live_bytes)
         self._holds[key] = self._holds.get(key, 0) + 1
         held = _Held(t.detach())  # detached: holding t itself would tie a cycle through its grad_fn
-        weakref.finalize(held, self._release, key)
+        weakref.finalize(held, self._release, key, size).atexit = False
         return held
 
-    def _release(self, key):
+    def _release(self, key, size):
         self._holds[key] -= 1
         if self._holds[key] == 0:
-            self.live_bytes -= self._seen[key]
+            self.live_bytes -= size
 
     def __enter__(self):
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda held: held.tensor)

@@ -180,3 +180,14 @@ def test_torch_dynamo_can_first_be_imported_while_autograd_is_forbidden():
             "checks.call_student('ex', fn, torch.ones(2), no_autograd=True)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_forbid_takes_an_autograd_function_class():
+    from torch.utils.checkpoint import CheckpointFunction
+
+    def by_function(x):
+        return CheckpointFunction.apply(torch.sin, True, x)
+
+    text = message(checks.call_student, "ex", by_function, torch.ones(2, requires_grad=True),
+                   forbid=(CheckpointFunction,))
+    assert "CheckpointFunction" in text

@@ -57,3 +57,20 @@ def test_gradients_are_unchanged_by_counting(device):
     with SavedTensorLedger():
         counted = torch.autograd.grad(torch.tanh(torch.tanh(x @ w)).sum(), (x, w))
     assert all(torch.equal(a, b) for a, b in zip(plain, counted))
+
+
+def test_a_new_storage_at_a_freed_address_counts_as_new():
+    """Free a saved storage, then save another: the allocator often reuses the address."""
+    for attempt in range(50):
+        a, b = torch.randn(1024, requires_grad=True), torch.randn(1024, requires_grad=True)
+        with SavedTensorLedger() as ledger:
+            y = a.exp()          # saves its output: 4096 bytes
+            first = y.data_ptr()
+            del y                # the output, its graph and its storage die
+            z = b.exp()          # a new 4096-byte storage
+            reused = z.data_ptr() == first
+            del z
+        if reused:
+            assert (ledger.total_bytes, ledger.peak_bytes, ledger.live_bytes) == (8192, 4096, 0)
+            return
+    pytest.skip("the allocator never reused the address")
