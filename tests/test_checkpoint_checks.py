@@ -1,0 +1,202 @@
+"""autograder.checkpoint_checks: the independent counts agree with the hooks, PyTorch's own
+checkpointing passes every check, and the failures say what is wrong."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint as torch_checkpoint
+
+from autograder import checkpoint_checks as cc
+from autograder.checks import GradingError
+from autograder.device import available_devices
+from autograder.memory import SavedTensorLedger
+
+
+@pytest.fixture(params=available_devices())
+def device(request):
+    return torch.device(request.param)
+
+
+def leaf(*shape, dtype=torch.float32, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(device=device, dtype=dtype).requires_grad_()
+
+
+def torch_reentrant(fn, *args):
+    return torch_checkpoint.checkpoint(fn, *args, use_reentrant=True)
+
+
+def torch_non_reentrant(fn, *args):
+    return torch_checkpoint.checkpoint(fn, *args, use_reentrant=False)
+
+
+# --- the graph walk against the hooks ----------------------------------------------------------------
+FUNCTIONS = {
+    "tanh(x @ w)": lambda x, w: torch.tanh(x @ w),
+    "x * x": lambda x, w: x * x,
+    "expanded view": lambda x, w: x[:1].expand(50, x.shape[1]) * torch.ones(50, x.shape[1], dtype=x.dtype, device=x.device, requires_grad=True),
+    "two views of one storage": lambda x, w: (lambda z: z[:, :2] * z[:, 2:])(x @ w),
+    "layer_norm, gelu, softmax": lambda x, w: F.gelu(F.layer_norm(x, (x.shape[1],))).softmax(-1) @ w,
+    "cross_entropy": lambda x, w: F.cross_entropy(x @ w, torch.zeros(x.shape[0], dtype=torch.long, device=x.device)),
+    "sdpa": lambda x, w: F.scaled_dot_product_attention(x[None, None], x[None, None], x[None, None]),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_graph_walk_counts_what_the_hooks_see(name, dtype, device):
+    x, w = leaf(6, 4, dtype=dtype, device=device, seed=1), leaf(4, 4, dtype=dtype, device=device, seed=2)
+    with SavedTensorLedger() as ledger:
+        out = FUNCTIONS[name](x, w)
+    assert cc.graph_saved_bytes(out) == ledger.total_bytes > 0
+
+
+def test_graph_walk_reads_custom_functions_and_tuples():
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a * a
+
+        @staticmethod
+        def backward(ctx, g):
+            return 2 * ctx.saved_tensors[0] * g
+
+    x = leaf(5, dtype=torch.float64)
+    outs = (Square.apply(x), x.exp())
+    assert cc.graph_saved_bytes(outs) == 40 + 40  # x once, exp's output once
+
+
+def test_graph_walk_includes_python_numbers_that_hooks_never_see():
+    """The documented difference: `x * 2.0` saves a 0-d double that pack hooks are not shown."""
+    x = leaf(3)
+    with SavedTensorLedger() as ledger:
+        out = (x * 2.0).exp()
+    assert cc.graph_saved_bytes(out) == ledger.total_bytes + 8
+
+
+def test_describe_saved_names_each_saved_tensor_once():
+    x = leaf(4, 3)
+    text = cc.describe_saved(x * x)
+    assert text.count("MulBackward0") == 2 and "not counted again" in text
+
+
+# --- unit_peaks and best_segments ---------------------------------------------------------------------
+@pytest.mark.parametrize("n", range(1, 13))
+def test_unit_peaks_are_the_exact_count(n):
+    unit = cc.UNIT_WIDTH * 4
+    peaks = cc.unit_peaks(n)
+    assert {k: v // unit for k, v in peaks.items()} == {k: (k - 1) + n - (k - 1) * (n // k) for k in range(1, n + 1)}
+    assert all(v % unit == 0 for v in peaks.values())
+
+
+def test_best_segments_accepts_every_minimiser_and_explains_a_miss():
+    cc.check_best_segments("best_segments", lambda n: {8: 4, 10: 5}[n], [8, 10])
+    cc.check_best_segments("best_segments", lambda n: {8: 2, 10: 2}[n], [8, 10])
+    with pytest.raises(GradingError, match=r"best_segments\(8\) returned 3, whose measured peak is 6 .* 2 or 4 segments"):
+        cc.check_best_segments("best_segments", lambda n: round(math.sqrt(n)), [8])
+    with pytest.raises(GradingError, match="should return an int"):
+        cc.check_best_segments("best_segments", lambda n: 2.0, [8])
+    with pytest.raises(GradingError, match="between 1 and 8"):
+        cc.check_best_segments("best_segments", lambda n: 0, [8])
+
+
+# --- checkpoint checks against PyTorch's own checkpoint ---------------------------------------------------
+@pytest.mark.parametrize("kind", ["single", "two", "masked", "tuple"])
+@pytest.mark.parametrize("impl", [torch_reentrant, torch_non_reentrant])
+def test_torch_checkpoint_passes_the_gradient_check(kind, impl, device):
+    cc.check_checkpoint_gradients("checkpoint", impl, kind, width=5, batch=3, seed=1, device=device, forbid=())
+
+
+@pytest.mark.parametrize("impl", [torch_reentrant, torch_non_reentrant])
+def test_torch_checkpoint_passes_memory_and_recompute(impl, device):
+    cc.check_checkpoint_memory("checkpoint", impl, width=8, batch=16, seed=2, device=device, forbid=())
+    cc.check_checkpoint_recompute("checkpoint", impl, width=6, batch=4, seed=3, device=device, forbid=())
+
+
+def test_forbidden_catches_torch_checkpoint_however_imported(device):
+    from torch.utils.checkpoint import checkpoint as renamed
+
+    for impl in (lambda fn, *a: renamed(fn, *a, use_reentrant=False),
+                 lambda fn, *a: torch_checkpoint.CheckpointFunction.apply(fn, True, *a)):
+        with pytest.raises(GradingError, match="build that yourself"):
+            cc.check_checkpoint_gradients("checkpoint", impl, "single", width=4, batch=2, seed=4, device=device)
+
+
+def test_gradient_check_names_a_missing_replay(device):
+    def no_replay(fn, *args):
+        out = torch_checkpoint.checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=False)
+        return out
+
+    with pytest.raises(GradingError, match="gradient of input 0 .*random state"):
+        cc.check_checkpoint_gradients("checkpoint", no_replay, "single", width=6, batch=5, seed=5, p=0.5,
+                                      device=device, forbid=())
+
+
+def test_memory_check_rejects_a_plain_run(device):
+    with pytest.raises(GradingError, match="more than the .* bytes of the block's inputs"):
+        cc.check_checkpoint_memory("checkpoint", lambda fn, *a: fn(*a), width=8, batch=16, seed=6, device=device,
+                                   forbid=())
+
+
+def test_recompute_check_counts_calls(device):
+    with pytest.raises(GradingError, match="ran once in forward and backward together"):
+        cc.check_checkpoint_recompute("checkpoint", lambda fn, *a: fn(*a), width=4, batch=2, seed=7, device=device,
+                                      forbid=())
+
+
+# --- checkpoint_sequential checks -----------------------------------------------------------------------
+@pytest.mark.parametrize("n_blocks, segments", [(4, 2), (7, 3), (6, 6), (5, 1), (10, 3)])
+def test_torch_checkpoint_sequential_passes(n_blocks, segments, device):
+    reentrant = lambda b, k, x: torch_checkpoint.checkpoint_sequential(b, k, x, use_reentrant=True)  # noqa: E731
+    non_reentrant = lambda b, k, x: torch_checkpoint.checkpoint_sequential(b, k, x, use_reentrant=False)  # noqa: E731
+    for impl in (reentrant, non_reentrant):
+        cc.check_sequential_gradients("checkpoint_sequential", impl, n_blocks, segments, seed=8, device=device, forbid=())
+    cc.check_sequential_memory("checkpoint_sequential", reentrant, n_blocks, segments, seed=9, device=device, forbid=())
+
+
+def test_non_reentrant_checkpoint_hides_its_recomputation_from_the_ledger():
+    """Why the reference is reentrant: torch's own hooks nest inside the ledger's and keep what
+    is recomputed in backward out of its sight, so the ledger's total misses it."""
+    blocks = cc.make_chain(8, 8, seed=10, p=0.0, device="cpu", dtype=torch.float32)
+    x = leaf(16, 8, seed=11)
+    totals = {}
+    for reentrant in (True, False):
+        with SavedTensorLedger() as ledger:
+            torch_checkpoint.checkpoint_sequential(blocks, 4, x, use_reentrant=reentrant).sum().backward()
+        totals[reentrant] = ledger.total_bytes
+    assert totals[False] < totals[True]
+
+
+def test_segment_check_explains_the_convention(device):
+    def all_checkpointed(blocks, segments, x):
+        size = len(blocks) // segments
+        for s in range(segments):
+            part = blocks[s * size:] if s == segments - 1 else blocks[s * size:(s + 1) * size]
+            x = torch_checkpoint.checkpoint(lambda t, part=part: torch.nn.Sequential(*part)(t), x, use_reentrant=True)
+        return x
+
+    with pytest.raises(GradingError, match=r"blocks 0-5 ran 2x, blocks 6-7 ran 1x .* Yours: blocks 0-7 ran 2x"):
+        cc.check_sequential_memory("checkpoint_sequential", all_checkpointed, 8, 4, seed=12, device=device, forbid=())
+
+
+# --- the estimate and the blocks ------------------------------------------------------------------------
+def test_check_number_hints():
+    with pytest.raises(GradingError, match="count of values, not of bytes"):
+        cc.check_number("e", lambda *a, **k: 3_019_898_880, (8, 2048, 768, 12), {}, 6_039_797_760)
+    with pytest.raises(GradingError, match="not gigabytes"):
+        cc.check_number("e", lambda *a, **k: 6.03979776, (8, 2048, 768, 12), {}, 6_039_797_760)
+    with pytest.raises(GradingError, match="should return a number"):
+        cc.check_number("e", lambda *a, **k: "6 GB", (8, 2048, 768, 12), {}, 6_039_797_760)
+    cc.check_number("e", lambda *a, **k: 6_039_797_760.0, (8, 2048, 768, 12), {}, 6_039_797_760)
+
+
+def test_test_blocks_are_seeded_and_count_calls(device):
+    a = cc.TestBlock(4, seed=3, device=device, dtype=torch.float64)
+    b = cc.TestBlock(4, seed=3, device="cpu", dtype=torch.float32)
+    assert torch.allclose(a.fc1.weight.cpu().float(), b.fc1.weight)
+    x = leaf(2, 4, dtype=torch.float64, device=device)
+    a(x), a(x)
+    assert a.calls == 2
+    assert isinstance(cc.TestBlock(4, seed=1, kind="tuple", device=device)(x), tuple)
