@@ -133,14 +133,18 @@ def _copy(value):
     return value.detach().clone() if isinstance(value, torch.Tensor) else value
 
 
-def _code_objects(thing):
+def _code_objects(thing, seen=None):
     """The Python code a function or class runs, so a call is seen however the name was bound."""
+    seen = set() if seen is None else seen
+    if id(thing) in seen:  # an autograd Function and its backward class point at each other
+        return set()
+    seen.add(id(thing))
     if isinstance(thing, type):
-        return {code for value in vars(thing).values() for code in _code_objects(value)}
+        return {code for value in vars(thing).values() for code in _code_objects(value, seen)}
     if isinstance(thing, (staticmethod, classmethod)):
-        return _code_objects(thing.__func__)
+        return _code_objects(thing.__func__, seen)
     if isinstance(thing, property):
-        return {code for f in (thing.fget, thing.fset) if f for code in _code_objects(f)}
+        return {code for f in (thing.fget, thing.fset) if f for code in _code_objects(f, seen)}
     code = getattr(inspect.unwrap(thing), "__code__", None) if callable(thing) else None
     return {code} if code is not None else set()
 
@@ -183,6 +187,20 @@ def forbidden(exercise, *things, inputs=None):
         report()
 
 
+_ROUTE = None  # set by autograder.trusted while a test cell runs in the grader's own process
+
+
+@contextlib.contextmanager
+def routed(route):
+    """Send the student calls that `route.accepts` to `route.call` (trusted grading)."""
+    global _ROUTE
+    previous, _ROUTE = _ROUTE, route
+    try:
+        yield
+    finally:
+        _ROUTE = previous
+
+
 def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=False, forbid=()):
     """Call a student's function; turn any exception, warning or endless loop into a clear message.
 
@@ -190,6 +208,9 @@ def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=F
     rejects an answer that calls autograd instead of computing the derivative itself; `forbid`
     lists PyTorch functions or classes the answer must not call (see `forbidden`).
     """
+    if _ROUTE is not None and _ROUTE.accepts(fn, args):
+        return _ROUTE.call(exercise, fn, args, dict(names=names, time_limit=time_limit,
+                                                    no_autograd=no_autograd, forbid=forbid))
     inputs = dict(zip(names or [f"arg{i}" for i in range(len(args))], args))
     if not callable(fn):
         _fail(exercise, f"expected a function, but the name holds {describe(fn)}")
@@ -211,6 +232,19 @@ def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=F
         raise
     except Exception as err:  # any bug in student code becomes a readable failure
         _fail(exercise, f"raised {type(err).__name__}: {err}", inputs)
+
+
+def input_change(fn, *args) -> float:
+    """Call `fn(*args)`; return the largest change it made to a tensor argument (inf for NaN).
+
+    A driver: pass it to `call_student` with the student's function as its first argument, so it
+    runs wherever the student's code runs (in trusted grading, the kernel).
+    """
+    before = [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
+    fn(*args)
+    changes = [0.0 if torch.equal(a, b) else float((a.double() - b.double()).abs().nan_to_num(float("inf")).max())
+               for a, b in zip(args, before) if b is not None and b.numel()]
+    return max(changes, default=0.0)
 
 
 def _check_meta(exercise, name, got, expected, inputs):

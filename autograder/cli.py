@@ -78,7 +78,7 @@ def grade(args) -> int:
                     memory_mb=args.memory_mb, threads=max(1, (os.cpu_count() or 1) // args.workers))
     began = time.monotonic()
     results = classgrade.grade_class(root, names, workers=args.workers, scheduler=args.scheduler,
-                                     limits=limits, zips=args.zips, progress=not args.quiet)
+                                     limits=limits, zips=args.zips, progress=not args.quiet, plain=args.plain)
     minutes = (time.monotonic() - began) / 60
     files = report.write_report(classgrade.scores(root, names), args.report or root / "reports")
     print(f"graded {len(results)} submissions in {minutes:.1f} min "
@@ -105,6 +105,9 @@ def main(argv=None) -> int:
     gr.add_argument("--memory-mb", type=int, default=4096, help="memory limit of one notebook's kernel")
     gr.add_argument("--report", type=pathlib.Path, help="folder for the report (default: reports/)")
     gr.add_argument("--quiet", action="store_true", help="no progress bar")
+    gr.add_argument("--plain", action="store_true",
+                    help="run test cells in the student's kernel, as nbgrader does, even for notebooks "
+                         "that support trusted grading")
     args = parser.parse_args(argv)
     if args.command == "grade":
         return grade(args)

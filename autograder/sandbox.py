@@ -8,6 +8,7 @@ rebuild the student's definitions, and execution goes on with the next cell.
 """
 import contextlib
 import dataclasses
+import io
 import os
 import subprocess
 import threading
@@ -18,6 +19,7 @@ import psutil
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader import utils
 
+from autograder import trusted
 from autograder.execution import SteadyNotebookClient
 
 
@@ -118,10 +120,16 @@ def _replay(client, nb, indices, seconds):
         nb.cells[index] = original  # nbclient stores the copy it ran; keep what the student saw first
 
 
-def run_notebook(nb, limits=Limits(), workdir=None):
-    """Execute `nb` in place within `limits`; return a list of (cell index, problem) it met."""
+def run_notebook(nb, limits=Limits(), workdir=None, trusted_names=None):
+    """Execute `nb` in place within `limits`; return a list of (cell index, problem) it met.
+
+    With `trusted_names` (the names the answers define), test cells run here in the grader's
+    process instead of the kernel, and reach student code only through calls sent to the kernel
+    (see autograder/trusted.py).
+    """
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     deadline = time.monotonic() + limits.submission_seconds
+    exchange = trusted.exchange_folder(workdir) if trusted_names is not None else None
     replayable, problems, position = [], [], 0
     while position < len(code):
         client = SandboxClient(nb, timeout=limits.cell_seconds, allow_errors=True, interrupt_on_timeout=False,
@@ -140,16 +148,24 @@ def run_notebook(nb, limits=Limits(), workdir=None):
                         problems.append((index, problem))
                         continue
                     client.timeout = min(limits.cell_seconds, remaining)
+                    graded_here = trusted_names is not None and utils.is_grade(nb.cells[index])
                     try:
-                        client.execute_cell(nb.cells[index], index)
-                    except CellTimeoutError:
-                        problem = f"stopped after {client.timeout:g} s: does a loop never end?"
-                        nb.cells[index].outputs.append(error_output("CellTimeLimit", problem))
+                        if graded_here:
+                            _grade_here(client, nb, index, trusted_names, exchange)
+                        else:
+                            client.execute_cell(nb.cells[index], index)
+                    except (CellTimeoutError, trusted.KernelDied) as err:
+                        timed_out = isinstance(err, CellTimeoutError) or err.timed_out
+                        if timed_out:
+                            problem = f"stopped after {client.timeout:g} s: does a loop never end?"
+                            name = "CellTimeLimit"
+                        else:
+                            problem, name = _death(watch, limits), "KernelDied"
+                        nb.cells[index].outputs.append(error_output(name, problem))
                         problems.append((index, problem))
                         break
                     except DeadKernelError:
-                        problem = (f"the cell used more than {limits.memory_mb} MB of memory" if watch.exceeded
-                                   else "the cell ended the Python process (os._exit, a crash, or a signal)")
+                        problem = _death(watch, limits)
                         nb.cells[index].outputs.append(error_output("KernelDied", problem))
                         problems.append((index, problem))
                         break
@@ -161,3 +177,20 @@ def run_notebook(nb, limits=Limits(), workdir=None):
                         problems.append((index, problem))
     return problems
 
+
+def _death(watch, limits):
+    return (f"the cell used more than {limits.memory_mb} MB of memory" if watch.exceeded
+            else "the cell ended the Python process (os._exit, a crash, or a signal)")
+
+
+def _grade_here(client, nb, index, names, exchange):
+    """Run a test cell in this process; its verdict becomes the cell's output, as if it had run."""
+    cell = nb.cells[index]
+    cell.outputs = []
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        error = trusted.run_grade_cell(cell.source, names, trusted.Remote(client, nb, index, exchange))
+    if printed.getvalue():
+        cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=printed.getvalue()))
+    if error is not None:
+        cell.outputs.append(error_output(type(error).__name__, str(error)))

@@ -20,6 +20,18 @@ from test_nbgrader_e2e import submission
 NAME, VICTIM = "01_chain_rule", "relu_grad"
 GOOD = "def relu_grad(x):\n    return (x > 0).to(x.dtype)"
 
+# A wrong answer behind patched comparisons: in the kernel, every check would pass.
+CHEAT = """import numpy, torch
+import autograder.checks
+autograder.checks.expect_close = lambda *a, **k: None
+autograder.checks.check_cases = lambda *a, **k: None
+torch.allclose = lambda *a, **k: True
+torch.testing.assert_close = lambda *a, **k: None
+numpy.allclose = lambda *a, **k: True
+torch.Tensor.any = lambda self, *a, **k: False
+def relu_grad(x):
+    return x"""
+
 ANSWERS = {  # student -> (relu_grad's cell, expected total)
     "perfect": (GOOD, 12),
     "blank": (None, 0),
@@ -39,6 +51,7 @@ ANSWERS = {  # student -> (relu_grad's cell, expected total)
     "warnings_on_stderr": ("import sys, warnings\ndef relu_grad(x):\n    warnings.warn('noisy')\n"
                            "    print('chatter', file=sys.stderr)\n    return (x > 0).to(x.dtype)", 12),
     "renamed_function": ("def relu_gradient(x):\n    return (x > 0).to(x.dtype)", 11),
+    "patches_the_checks": (CHEAT, 11),
 }
 EDITS = {  # student -> (how the test cells were tampered with, relu_grad answer, expected total)
     "edited_test": ("edit", None, 11),
@@ -141,3 +154,20 @@ def test_report_has_every_student_and_exercise(graded, tmp_path):
     assert all(f.exists() and f.stat().st_size > 0 for f in files)
     assert len({r["student"] for r in rows}) == len(ANSWERS) + len(EDITS) + 1
     assert report.pass_rates(rows)[f"{NAME}: {VICTIM}"] < report.pass_rates(rows)[f"{NAME}: sigmoid_grad"]
+
+
+def test_patched_checks_fool_the_kernel_but_not_the_grader(tmp_path):
+    """The same cheating submission, graded in the kernel as nbgrader does and in trusted mode."""
+    from autograder import trusted
+    from autograder.sandbox import run_notebook
+
+    source = course.read(course.solution_path(NAME))
+    names = trusted.student_names(c.source for c in course.solution_cells(source))
+    verdicts = {}
+    for mode, trusted_names in (("kernel", None), ("trusted", names)):
+        nb = submission(course.solution_path(NAME), {**perfect_answers(), VICTIM: CHEAT})
+        run_notebook(nb, Limits(cell_seconds=30), workdir=str(tmp_path), trusted_names=trusted_names)
+        cell = next(c for c in course.grade_cells(nb) if course.nbgrader_meta(c)["grade_id"] == VICTIM)
+        verdicts[mode] = [o.evalue for o in cell.outputs if o.output_type == "error"]
+    assert verdicts["kernel"] == []
+    assert verdicts["trusted"] and "wrong values" in verdicts["trusted"][0]
