@@ -27,7 +27,7 @@ from nbgrader.preprocessors import (CheckCellMetadata, ClearOutput, DeduplicateI
                                     OverwriteCells, OverwriteKernelspec)
 
 from autograder import trusted
-from autograder.sandbox import Limits, run_notebook
+from autograder.sandbox import Limits, error_output, run_notebook
 
 EXECUTED_ENV = "COURSE_EXECUTED_DIR"
 
@@ -136,6 +136,15 @@ def grade_ids(nb) -> list:
     return [c.metadata.nbgrader.grade_id if utils.is_grade(c) else None for c in nb.cells]
 
 
+def not_graded(nb_json: str, reason: str) -> dict:
+    """A result for a submission the workers could not run: every test cell fails with `reason`."""
+    nb = nbformat.reads(nb_json, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and utils.is_grade(cell):
+            cell.outputs = [error_output("NotGraded", f"the grading worker failed: {reason}")]
+    return {"notebook": nbformat.writes(nb), "problems": [(None, reason)], "seconds": 0.0}
+
+
 class Recorded(NbGraderPreprocessor):
     """Stands in for nbgrader's Execute: returns the notebook the sandbox already ran."""
 
@@ -192,16 +201,19 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
     names_of = {name: None if plain else trusted_names(root, name) for name in names}
     results = {}
     with tempfile.TemporaryDirectory(prefix="executed-") as staging, dask_client(workers, scheduler) as client:
-        futures = {}
+        futures, sent = {}, {}
         for sub in submissions:
-            nb_json = nbformat.writes(sanitized(root, sub))
+            nb_json = sent[sub] = nbformat.writes(sanitized(root, sub))
             future = client.submit(execute_submission, nb_json, dataclasses.asdict(limits),
                                    names_of[sub.assignment], pure=False)
             futures[future] = sub
         bar = tqdm(total=len(futures), unit="notebook", desc="grading", disable=not progress, file=sys.stdout)
         for future in as_completed(futures):
             sub = futures[future]
-            result = future.result()
+            try:
+                result = future.result()
+            except Exception as err:  # a worker died or failed: this submission scores 0, the run goes on
+                result = not_graded(sent[sub], f"{type(err).__name__}: {err}")
             target = pathlib.Path(staging) / sub.assignment / sub.student / f"{sub.assignment}.ipynb"
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(result["notebook"])

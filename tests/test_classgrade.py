@@ -171,3 +171,11 @@ def test_patched_checks_fool_the_kernel_but_not_the_grader(tmp_path):
         verdicts[mode] = [o.evalue for o in cell.outputs if o.output_type == "error"]
     assert verdicts["kernel"] == []
     assert verdicts["trusted"] and "wrong values" in verdicts["trusted"][0]
+
+
+def test_a_submission_no_worker_could_run_scores_zero_with_the_reason():
+    nb = submission(course.solution_path(NAME), perfect_answers())
+    result = classgrade.not_graded(nbformat.writes(nb), "KilledWorker: worker died")
+    graded = nbformat.reads(result["notebook"], as_version=4)
+    errors = [o.evalue for c in course.grade_cells(graded) for o in c.outputs if o.output_type == "error"]
+    assert len(errors) == len(course.grade_cells(graded)) and all("KilledWorker" in e for e in errors)
