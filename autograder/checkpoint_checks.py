@@ -19,7 +19,16 @@ does, so that the ledger sees both sides alike (see `reference_sequential`). No 
 solution lives here: this package is installed on learners' machines. Student code runs only
 through `autograder.checks.call_student` (time limit, no stderr, readable errors), with
 `torch.utils.checkpoint` forbidden however it was imported.
+
+Trusted grading (`autograder.trusted`): student code runs only inside drivers (closures passed
+to `call_student`) that build the graph, run backward and return plain data: outputs, call
+counts, next random numbers, saved bytes as numbers (`SavedCounts`); gradients come back on the
+grader's copies of the blocks and inputs. The references and every comparison stay in the
+grader. Runs with dropout are seeded explicitly where they happen, the plain reference run here
+and the learner's run inside its driver, with the same seed: the grader's random generator is
+not the kernel's, so neither run may depend on the state the other side's generator is in.
 """
+import dataclasses
 import functools
 import math
 import numbers
@@ -396,7 +405,23 @@ def reference_sequential(blocks, segments, x):
     return torch_checkpoint.checkpoint_sequential(blocks, segments, x, use_reentrant=True)
 
 
+@dataclasses.dataclass
+class SavedCounts:
+    """What a `SavedTensorLedger` counted over a run, as numbers: they cross from the kernel to the
+    grader as data, where a ledger would come back as an opaque object."""
+    total_bytes: int
+    peak_bytes: int
+    live_bytes: int
+
+    @classmethod
+    def of(cls, ledger):
+        return cls(ledger.total_bytes, ledger.peak_bytes, ledger.live_bytes)
+
+
 def _run_sequential(apply, blocks, segments, x, seed):
+    """Run `apply(blocks, segments, x)` and backward from a seeded upstream gradient, the global RNG
+    seeded with `seed` first (set here, where the run happens: the grader's generator is not the
+    kernel's); return the output, the saved bytes counted (`SavedCounts`) and each block's calls."""
     for b in blocks:
         b.zero_grad(set_to_none=True)
         b.calls = 0
@@ -408,7 +433,7 @@ def _run_sequential(apply, blocks, segments, x, seed):
             return out, None, None
         if out.requires_grad:
             (out * _upstream([out], seed)[0]).sum().backward()
-    return out.detach(), ledger, [b.calls for b in blocks]
+    return out.detach(), SavedCounts.of(ledger), [b.calls for b in blocks]
 
 
 def _sequential_setup(n_blocks, segments, *, width, batch, seed, p, dtype, device, as_sequential):
@@ -423,8 +448,11 @@ def _sequential_setup(n_blocks, segments, *, width, batch, seed, p, dtype, devic
 
 
 def _student_sequential(exercise, student, student_blocks, segments, x, seed, shown, forbid):
-    out, ledger, calls = checks.call_student(
+    answer = checks.call_student(
         exercise, lambda: _run_sequential(student, student_blocks, segments, x, seed), forbid=forbid)
+    if not isinstance(answer, (tuple, list)) or len(answer) != 3:
+        raise GradingError(f"{exercise}: no readable answer came back from your notebook: {checks.describe(answer)}")
+    out, ledger, calls = answer
     if not isinstance(out, torch.Tensor):
         raise GradingError(f"{exercise}: should return a tensor, got {checks.describe(out)}\n  on input:\n"
                            f"{checks.describe_inputs(shown)}")

@@ -4,10 +4,13 @@ Three steps. (1) Here, one submission at a time: each notebook is sanitized as n
 autograde does it (outputs cleared, test cells restored from the gradebook). (2) On Dask
 workers, in parallel: each runs in a sandbox (`autograder.sandbox`) with time, memory and output
 limits; a local Dask cluster by default, any scheduler's address to spread over machines.
-(3) Here again: `nbgrader autograde` records the scores from the executed notebooks instead of
-running them a second time, so the gradebook, `nbgrader export`, `generate_feedback` and the
-formgrader work as usual.
+(3) Here again, for each notebook as soon as all its submissions are back (while the workers
+go on with the next notebook): `nbgrader autograde` records the scores from the executed
+notebooks instead of running them a second time, so the gradebook, `nbgrader export`,
+`generate_feedback` and the formgrader work as usual.
 """
+import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -26,7 +29,7 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import (CheckCellMetadata, ClearOutput, DeduplicateIds, NbGraderPreprocessor,
                                     OverwriteCells, OverwriteKernelspec)
 
-from autograder import trusted
+from autograder import isolation, trusted
 from autograder.sandbox import Limits, error_output, run_notebook
 
 EXECUTED_ENV = "COURSE_EXECUTED_DIR"
@@ -120,15 +123,15 @@ def sanitized(root: pathlib.Path, sub: Submission) -> nbformat.NotebookNode:
     return nb
 
 
-def execute_submission(nb_json: str, limits: dict, trusted_names=None) -> dict:
+def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=()) -> dict:
     """Run on a worker: execute one sanitized notebook in a sandbox, in a private folder.
 
-    `trusted_names`: for a notebook graded in trusted mode, the names its answers define.
+    `trusted_names`: for a notebook graded in trusted mode, the names its answers define;
+    `hidden`: paths the kernel must not see (where it can be isolated, see autograder/isolation.py).
     """
     nb = nbformat.reads(nb_json, as_version=4)
     began = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="submission-") as workdir:
-        problems = run_notebook(nb, Limits(**limits), workdir=workdir, trusted_names=trusted_names)
+    problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden)
     return {"notebook": nbformat.writes(nb), "problems": problems, "seconds": time.monotonic() - began}
 
 
@@ -199,13 +202,16 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
     ensure_in_gradebook(root, names, run)
     submissions = find_submissions(root, names)
     names_of = {name: None if plain else trusted_names(root, name) for name in names}
+    hidden = [str(p) for p in isolation.secrets_of(root)]
     results = {}
-    with tempfile.TemporaryDirectory(prefix="executed-") as staging, dask_client(workers, scheduler) as client:
-        futures, sent = {}, {}
+    waiting = collections.Counter(sub.assignment for sub in submissions)
+    with tempfile.TemporaryDirectory(prefix="executed-") as staging, dask_client(workers, scheduler) as client, \
+            concurrent.futures.ThreadPoolExecutor(max_workers=1) as recorder:
+        futures, sent, recorded = {}, {}, []
         for sub in submissions:
             nb_json = sent[sub] = nbformat.writes(sanitized(root, sub))
             future = client.submit(execute_submission, nb_json, dataclasses.asdict(limits),
-                                   names_of[sub.assignment], pure=False)
+                                   names_of[sub.assignment], hidden, pure=False)
             futures[future] = sub
         bar = tqdm(total=len(futures), unit="notebook", desc="grading", disable=not progress, file=sys.stdout)
         for future in as_completed(futures):
@@ -220,10 +226,13 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
             results[(sub.student, sub.assignment)] = result
             bar.set_postfix_str(f"{sub.student}/{sub.assignment} {result['seconds']:.1f} s")
             bar.update()
+            waiting[sub.assignment] -= 1
+            if waiting[sub.assignment] == 0:  # record this notebook's scores while the others still run
+                recorded.append(recorder.submit(record_scores, root, sub.assignment,
+                                                pathlib.Path(staging) / sub.assignment, run))
         bar.close()
-        for name in names:
-            if any(sub.assignment == name for sub in submissions):
-                record_scores(root, name, pathlib.Path(staging) / name, run)
+        for done in recorded:
+            done.result()
     return results
 
 

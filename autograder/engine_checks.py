@@ -9,12 +9,21 @@ The first node whose gradient differs from PyTorch's is reported with its op, it
 contribution each of its users should have sent, so the message points at the local derivative
 that is wrong. The failure keeps the graph: `last_mismatch.draw()` draws it with that node in red.
 
-Student code only runs through `autograder.checks.call_student` (time limit, no stderr, readable
-errors); a `RecursionError` gets its own explanation. All random draws come from seeded
-`random.Random` instances, so every grade is reproducible.
+Drivers and verdicts are kept apart, so that trusted grading (autograder/trusted.py) works: the
+learner's objects are touched only by DRIVERS (the `_run_*` functions), which each check runs
+through `checks.call_student` (`_drive`). A driver builds the graph, runs backward() and the
+like in the learner's kernel and returns plain data: per node its data, grad, op and inputs (a
+snapshot of the learner's graph), the MLP's parameters and gradients as lists of floats, the
+lines of draw_dot's Digraph. The check then compares that data with PyTorch where the learner's
+code cannot reach (in the grader's process under trusted grading). Inside a driver every step
+of the learner's code runs through `run_student` (its own time limit, no stderr, readable
+errors, `RecursionError` explained); a step that fails after some data was gathered is
+returned as an "error" so that the checks still report what went wrong first, as before. All
+random draws come from seeded `random.Random` instances, so every grade is reproducible.
 """
 import contextlib
 import gc
+import json
 import math
 import random
 import re
@@ -33,7 +42,10 @@ last_mismatch = None  # the GraphMismatch raised most recently, kept so a learne
 
 
 class GraphMismatch(GradingError):
-    """A wrong value or gradient at one node of the learner's graph; `draw()` shows where."""
+    """A wrong value or gradient at one node of the learner's graph; `draw()` shows where.
+
+    `root`, `node` and `culprits` are `LearnerNode`s: a copy of the learner's graph as it was
+    when the mismatch was found (data, grad, _op, _prev), so it can be drawn anywhere."""
 
     def __init__(self, message, root, node, culprits=()):
         super().__init__(message)
@@ -41,7 +53,19 @@ class GraphMismatch(GradingError):
 
     def draw(self):
         """The learner's graph as a graphviz.Digraph: the wrong node red, the suspect ops orange."""
-        return draw_graph(self.root, highlight=self.node, suspects=self.culprits)
+        root = self.root if self.root is not None else self.node  # a graph that could not be walked
+        return draw_graph(root, highlight=self.node, suspects=self.culprits)
+
+
+class LearnerNode:
+    """One node of the learner's graph as it came back from a driver: data, grad, _op, _prev."""
+
+    def __init__(self, data, grad, op="", children=()):
+        self.data, self.grad, self._op, self._prev, self.label = data, grad, op, tuple(children), ""
+        self._backward = lambda: None
+
+    def __repr__(self):
+        return f"Value(data={self.data}, grad={self.grad}, _op={self._op!r})"
 
 
 # --- symbolic expressions ------------------------------------------------------------------------
@@ -168,28 +192,54 @@ def record(build, leaf_values, names=None):
 
 
 # --- calling the learner's engine ----------------------------------------------------------------
-class _Recursed(BaseException):
-    """Carries a RecursionError out of checks.call_student, which would report it generically."""
+class _RecursionReport(GradingError):
+    """A RecursionError in the learner's code, explained; its message is complete as it is."""
 
 
 def run_student(exercise, fn, *, what, time_limit=20.0):
-    """checks.call_student for a zero-argument step of the learner's engine, with `what` it does."""
+    """checks.call_student for a zero-argument step of the learner's engine, with `what` it does.
+
+    Meant for drivers (it runs where the learner's objects live); a `RecursionError` becomes a
+    GradingError that says how to walk a graph without recursion."""
     def guarded():
-        try:
-            return fn()
-        except RecursionError as err:
-            raise _Recursed(str(err)) from None
+        with checks.recursion_headroom():
+            try:
+                return fn()
+            except RecursionError as err:
+                raise _RecursionReport(
+                    f"{exercise}: {what} raised RecursionError ({err}). A graph can be far deeper than Python's "
+                    "recursion limit (a chain of 100,000 nodes is); walk it with a loop and an explicit stack "
+                    "instead of a function that calls itself.") from None
 
     try:
-        with checks.recursion_headroom():
-            return checks.call_student(exercise, guarded, names=[], time_limit=time_limit)
-    except _Recursed as err:
-        raise GradingError(
-            f"{exercise}: {what} raised RecursionError ({err}). A graph can be far deeper than Python's "
-            "recursion limit (a chain of 100,000 nodes is); walk it with a loop and an explicit stack "
-            "instead of a function that calls itself.") from None
+        return checks.call_student(exercise, guarded, names=[], time_limit=time_limit)
+    except _RecursionReport as err:
+        raise GradingError(str(err)) from None
     except GradingError as err:
         raise GradingError(f"{err}\n  (while running: {what})") from None
+
+
+def _drive(exercise, driver, *args):
+    """Run a driver (a `_run_*` function of this module) on the learner's names through
+    checks.call_student: in the learner's kernel under trusted grading, right here otherwise.
+    Only the data it returns comes back. No overall time limit: each step inside has its own."""
+    return checks.call_student(exercise, driver, *args, names=[], time_limit=None)
+
+
+def _part(exercise, run, key):
+    """run[key] from a driver's answer; if the driver stopped before it, the error that stopped it."""
+    if isinstance(run, dict) and key in run:
+        return run[key]
+    if isinstance(run, dict) and isinstance(run.get("error"), str):
+        raise GradingError(run["error"])
+    raise GradingError(f"{exercise}: no readable answer came back from your notebook (no {key})")
+
+
+def _sized(exercise, values, n, what):
+    """A list of n items from a driver, or a GradingError (so that no comparison is silently skipped)."""
+    if not isinstance(values, (list, tuple)) or len(values) != n:
+        raise GradingError(f"{exercise}: no readable answer came back from your notebook ({what})")
+    return list(values)
 
 
 @contextlib.contextmanager
@@ -214,6 +264,26 @@ def _number(x):
         return float(x)
     except (TypeError, ValueError):
         return None
+
+
+def _float_or_none(x):
+    """A number from a driver's answer (None stays None; anything else is not a number)."""
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _text(x, limit=200):
+    """repr(x), shortened, never raising: how a learner's object is shown in a message."""
+    try:
+        text = repr(x)
+    except Exception:  # a broken __repr__ must not hide the real problem
+        text = f"<{type(x).__name__} object>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _op_of(node):
+    """A node's `_op` as text ('?' when it has none)."""
+    op = getattr(node, "_op", "?")
+    return op if isinstance(op, str) else _text(op, 60)
 
 
 def _close(got, expected):
@@ -259,6 +329,112 @@ def _describe(node):
     return f"{type(node).__name__}(data={data!r}, grad={grad!r}, _op={getattr(node, '_op', '?')!r})"
 
 
+# --- snapshots of the learner's graph (taken in the kernel) ---------------------------------------
+def _tape_nodes(mine):
+    """Data of the nodes a replay made, in tape order: numeric data (None if not a number), every
+    node's op, and [index, what it looks like] for each node without numeric data."""
+    data = [_number(getattr(node, "data", None)) for node in mine]
+    return {"data": data, "op": [_op_of(node) for node in mine],
+            "text": [[i, _text(node)] for i, (d, node) in enumerate(zip(data, mine)) if d is None]}
+
+
+def _graph_nodes(mine, root, exercise):
+    """The learner's graph from `root` as data, in the order topological_order walks it (the root
+    last): each node's data, grad, op, inputs (indices into that order) and tape index (None for a
+    node the learner's engine made on its own); `where` maps tape indices to walk indices and
+    `tape_grad` holds every recorded node's grad, reachable or not."""
+    order = topological_order(root, exercise)
+    index = {id(n): k for k, n in enumerate(order)}
+    position = {id(node): i for i, node in enumerate(mine)}
+    return {"data": [_number(getattr(n, "data", None)) for n in order],
+            "grad": [_number(getattr(n, "grad", None)) for n in order],
+            "op": [_op_of(n) for n in order],
+            "prev": [[index[id(c)] for c in n._prev] for n in order],
+            "tape": [position.get(id(n)) for n in order],
+            "where": [index.get(id(node)) for node in mine],
+            "tape_grad": [_number(getattr(node, "grad", None)) for node in mine]}
+
+
+# --- reading snapshots (in the grader) ------------------------------------------------------------
+def _readable(exercise, what, read, *args):
+    """read(*args); an answer that does not have the shape a driver gives is not graded."""
+    try:
+        return read(*args)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        raise GradingError(f"{exercise}: no readable answer came back from your notebook ({what})") from None
+
+
+def _numbers(values, n=None):
+    """A list of floats or None (n of them, if n is given) from a snapshot."""
+    if not isinstance(values, list) or (n is not None and len(values) != n):
+        raise ValueError("not a list of the right length")
+    return [_float_or_none(v) for v in values]
+
+
+def _indices(values, n, bound):
+    """A list of n indices below `bound`, or None, from a snapshot."""
+    if not isinstance(values, list) or len(values) != n:
+        raise ValueError("not a list of the right length")
+    if any(k is not None and (type(k) is not int or not 0 <= k < bound) for k in values):
+        raise IndexError("index out of range")
+    return values
+
+
+def _texts(values, n):
+    if not isinstance(values, list) or len(values) != n:
+        raise ValueError("not a list of the right length")
+    return [str(v) for v in values]
+
+
+def _read_tape(packed, n):
+    """(data, ops, texts) of the n tape nodes from a `_tape_nodes` snapshot."""
+    texts = [""] * n
+    for i, text in packed["text"]:
+        texts[i] = str(text)
+    return _numbers(packed["data"], n), _texts(packed["op"], n), texts
+
+
+def _read_graph(packed, n):
+    """A `_graph_nodes` snapshot of a graph recorded on a tape of n nodes, checked."""
+    data = _numbers(packed["data"])
+    m = len(data)
+    prev = packed["prev"]
+    if not isinstance(prev, list) or len(prev) != m:
+        raise ValueError("not a list of the right length")
+    return {"data": data, "grad": _numbers(packed["grad"], m), "op": _texts(packed["op"], m),
+            "prev": [_indices(ks, len(ks) if isinstance(ks, list) else -1, m) for ks in prev],
+            "tape": _indices(packed["tape"], m, n), "where": _indices(packed["where"], n, m),
+            "tape_grad": _numbers(packed["tape_grad"], n)}
+
+
+def _learner_graph(graph):
+    """LearnerNodes rebuilt from a snapshot read by `_read_graph`, in walk order (the root last)."""
+    nodes = [LearnerNode(d, g, op) for d, g, op in zip(graph["data"], graph["grad"], graph["op"])]
+    for node, prev in zip(nodes, graph["prev"]):
+        node._prev = tuple(nodes[k] for k in prev)
+    return nodes
+
+
+class _Snapshot:
+    """One snapshot of the learner's graph, in the grader: the node made for each tape index."""
+
+    def __init__(self, graph, tape_data, tape_ops):
+        self.nodes = _learner_graph(graph) if graph else []
+        self.root = self.nodes[-1] if self.nodes else None
+        self.tape = graph["tape"] if graph else []
+        self.where = graph["where"] if graph else []
+        self.tape_grad = graph["tape_grad"] if graph else []
+        self.tape_data, self.tape_ops = tape_data, tape_ops
+
+    def node(self, i):
+        """The node for tape index i; one on its own if the walk from the root did not reach it."""
+        k = self.where[i] if i < len(self.where) else None
+        if k is not None:
+            return self.nodes[k]
+        grad = self.tape_grad[i] if i < len(self.tape_grad) else None
+        return LearnerNode(self.tape_data[i], grad, self.tape_ops[i])
+
+
 # --- comparing one expression --------------------------------------------------------------------
 def _torch_replay(tape, device):
     nodes = tape.replay(lambda v: torch.tensor(v, dtype=torch.float64, device=device, requires_grad=True))
@@ -281,50 +457,111 @@ def compare_graph(exercise, Value, build, leaf_values, *, names=None, device=Non
     return compare_tape(exercise, Value, tape, root_index, device=device, time_limit=time_limit)
 
 
+def _run_graph(exercise, Value, tape, root_index, time_limit):
+    """Driver: replay the tape with the learner's Value, snapshot the graph, run backward() and
+    snapshot it again. {"before": tape data (+ "graph"), "after": graph} or an "error"."""
+    mine = run_student(exercise, lambda: tape.replay(Value), what=f"building {tape.describe(root_index)}",
+                       time_limit=time_limit)
+    root = mine[root_index]
+    before = run_student(exercise, lambda: _tape_nodes(mine), what="reading every node's data", time_limit=time_limit)
+    run = {"before": before}
+    try:  # only for drawing a wrong forward value; a graph that cannot be walked is reported after backward()
+        before["graph"] = run_student(exercise, lambda: _graph_nodes(mine, root, exercise),
+                                      what="walking your graph from the root", time_limit=time_limit)
+    except GradingError:
+        before["graph"] = None
+    try:
+        run_student(exercise, lambda: root.backward(), what=f"{tape.names[root_index]}.backward()",
+                    time_limit=time_limit)
+        run["after"] = run_student(exercise, lambda: _graph_nodes(mine, root, exercise),
+                                   what="walking your graph from the root after backward()", time_limit=time_limit)
+    except GradingError as err:  # reported once the forward values have been checked
+        run["error"] = str(err)
+    return run
+
+
+def _run_graphs(exercise, Value, tapes, time_limit):
+    """Driver: `_run_graph` for each (tape, root index) in turn, up to the first that fails; each
+    answer as a JSON string (hundreds of graphs can come back from one call)."""
+    runs = []
+    for tape, root_index in tapes:
+        try:
+            run = _run_graph(exercise, Value, tape, root_index, time_limit)
+        except GradingError as err:  # the graph could not even be built
+            run = {"error": str(err)}
+        runs.append(json.dumps(run))  # one string per graph: quick to send, read with json.loads
+        if "error" in run:  # that expression fails: the checks stop there
+            break
+    return runs
+
+
 def compare_tape(exercise, Value, tape, root_index, *, device=None, time_limit=20.0):
+    """compare_graph for an expression already recorded on a tape."""
+    compare_tapes(exercise, Value, [(tape, root_index)], device=device, time_limit=time_limit)
+
+
+def compare_tapes(exercise, Value, tapes, *, device=None, time_limit=20.0):
+    """compare_tape for each (tape, root index) in turn, all run by one call into the learner's
+    kernel (one round trip instead of one per expression); the first mismatch is reported."""
+    tapes = [(tape, root_index) for tape, root_index in tapes]
+    if not tapes:
+        return
+    runs = _drive(exercise, _run_graphs, exercise, Value, tapes, time_limit)
+    if not isinstance(runs, (list, tuple)) or not runs:
+        raise GradingError(f"{exercise}: no readable answer came back from your notebook (the graphs)")
+    for k, (tape, root_index) in enumerate(tapes):
+        if k >= len(runs):
+            raise GradingError(f"{exercise}: no readable answer came back from your notebook (the graphs)")
+        run = _readable(exercise, "the graphs", json.loads, runs[k])
+        _check_run(exercise, Value, tape, root_index, run, device=device, time_limit=time_limit)
+
+
+def _check_run(exercise, Value, tape, root_index, run, *, device=None, time_limit=20.0):
+    """The verdict on one expression: the learner's snapshots (`run`, from `_run_graph`) against
+    PyTorch; a GraphMismatch at the first wrong node."""
     global last_mismatch
     device = device or get_device()
     reference = _torch_replay(tape, device)
     reference[root_index].backward()
     ref_data = [t.item() for t in reference]
     ref_grad = [0.0 if t.grad is None else t.grad.item() for t in reference]
+    n = len(tape.steps)
 
-    mine = run_student(exercise, lambda: tape.replay(Value), what=f"building {tape.describe(root_index)}",
-                       time_limit=time_limit)
-    root = mine[root_index]
-    for i, node in enumerate(mine):  # forward values, in the order they were computed
-        data = _number(getattr(node, "data", None))
-        if data is None:
-            raise GradingError(f"{exercise}: computing {tape.formula(i)} gave {node!r}, which has no numeric "
+    before = _part(exercise, run, "before")
+    data, ops, texts = _readable(exercise, "the nodes' data", _read_tape, before, n)
+    for i in range(n):  # forward values, in the order they were computed
+        if data[i] is None:
+            raise GradingError(f"{exercise}: computing {tape.formula(i)} gave {texts[i]}, which has no numeric "
                                f"`.data`: every operation must return a new Value")
-        if not _close(data, ref_data[i]):
-            message = (f"{exercise}: wrong forward value at {tape.formula(i)} (op {getattr(node, '_op', '?')!r})\n"
-                       f"{_whole(tape, root_index)}{_inputs_line(tape, i, mine)}"
-                       f"  expected data {_fmt(ref_data[i])}, got {_fmt(data)}")
-            last_mismatch = GraphMismatch(message, root, node)
+        if not _close(data[i], ref_data[i]):
+            message = (f"{exercise}: wrong forward value at {tape.formula(i)} (op {ops[i]!r})\n"
+                       f"{_whole(tape, root_index)}{_inputs_line(tape, i, data)}"
+                       f"  expected data {_fmt(ref_data[i])}, got {_fmt(data[i])}")
+            graph = before.get("graph")
+            graph = _readable(exercise, "your graph", _read_graph, graph, n) if graph is not None else None
+            drawn = _Snapshot(graph, data, ops)
+            last_mismatch = GraphMismatch(message, drawn.root, drawn.node(i))
             raise last_mismatch
 
-    run_student(exercise, lambda: root.backward(), what=f"{tape.names[root_index]}.backward()", time_limit=time_limit)
-
-    position = {id(node): i for i, node in enumerate(mine)}
-    order = topological_order(root, exercise)
-    reached = {position[id(n)] for n in order if id(n) in position}
-    for i in range(len(mine)):
+    after = _Snapshot(_readable(exercise, "your graph", _read_graph, _part(exercise, run, "after"), n), data, ops)
+    walk_tape = after.tape
+    reached = {i for i in walk_tape if i is not None}
+    for i in range(n):
         if i not in reached and ref_grad[i] != 0.0:
             message = (f"{exercise}: {tape.formula(i)} cannot be reached from the root through `_prev`, "
                        f"yet the root depends on it (PyTorch's grad {_fmt(ref_grad[i])}): does every operation "
                        "pass its inputs as `_children` when it creates its result?")
-            last_mismatch = GraphMismatch(message, root, mine[i])
+            last_mismatch = GraphMismatch(message, after.root, after.node(i))
             raise last_mismatch
-    for node in reversed(order):
-        i = position.get(id(node))
+    for k in reversed(range(len(after.nodes))):
+        i = walk_tape[k]
         if i is None:
             continue  # a node the learner's engine made on its own, e.g. Value(2) for a constant
-        got = _number(getattr(node, "grad", None))
+        got = after.nodes[k].grad
         if not _close(got, ref_grad[i]):
-            message, culprits = _explain_grad(exercise, tape, Value, i, mine, got, ref_grad, reference,
+            message, culprits = _explain_grad(exercise, tape, Value, i, data, ops, got, ref_grad, reference,
                                               root_index, time_limit)
-            last_mismatch = GraphMismatch(message, root, node, culprits)
+            last_mismatch = GraphMismatch(message, after.root, after.nodes[k], [after.node(j) for j in culprits])
             raise last_mismatch
 
 
@@ -333,19 +570,20 @@ def _whole(tape, root_index):
     return f"  in the expression {tape.names[root_index]} = {full}\n" if full else ""
 
 
-def _inputs_line(tape, i, mine):
+def _inputs_line(tape, i, data):
     op, *args = tape.steps[i]
     if op == "leaf":
-        return f"  (a leaf with data {_fmt(_number(getattr(mine[i], 'data', None)))})\n"
-    parts = [f"{tape.names[a.index]} = {_fmt(_number(getattr(mine[a.index], 'data', None)))}"
+        return f"  (a leaf with data {_fmt(data[i])})\n"
+    parts = [f"{tape.names[a.index]} = {_fmt(data[a.index])}"
              if isinstance(a, Expr) else f"constant {a!r}" for a in args]
     return f"  inputs: {', '.join(parts)}\n"
 
 
-def _explain_grad(exercise, tape, Value, i, mine, got, ref_grad, reference, root_index, time_limit):
-    node = mine[i]
-    lines = [f"{exercise}: wrong gradient at {tape.formula(i)} (op {getattr(node, '_op', '?')!r})",
-             (_whole(tape, root_index) + _inputs_line(tape, i, mine)).rstrip("\n"),
+def _explain_grad(exercise, tape, Value, i, data, ops, got, ref_grad, reference, root_index, time_limit):
+    """The message for a wrong grad at tape node i, and the tape indices of the ops that send it
+    the wrong amount."""
+    lines = [f"{exercise}: wrong gradient at {tape.formula(i)} (op {ops[i]!r})",
+             (_whole(tape, root_index) + _inputs_line(tape, i, data)).rstrip("\n"),
              f"  expected grad {_fmt(ref_grad[i])} (PyTorch, float64), got {_fmt(got)}"]
     culprits = []
     if i == root_index:
@@ -359,13 +597,13 @@ def _explain_grad(exercise, tape, Value, i, mine, got, ref_grad, reference, root
     doubled = False
     for j in users:
         expected = _local_share(tape, reference, i, j) * ref_grad[j]
-        line = (f"    {tape.formula(j)} (op {getattr(mine[j], '_op', '?')!r}, grad {_fmt(ref_grad[j])}) "
+        line = (f"    {tape.formula(j)} (op {ops[j]!r}, grad {_fmt(ref_grad[j])}) "
                 f"should send {_fmt(expected)}")
         if sent is not None and sent[j] is not None:
             line += f"; your _backward sends {_fmt(sent[j])}"
             if not _close(sent[j], expected):
                 line += "   <-- wrong"
-                culprits.append(mine[j])
+                culprits.append(j)
                 twice = sum(1 for a in tape.steps[j][1:] if isinstance(a, Expr) and a.index == i) == 2
                 doubled |= twice and _close(sent[j], expected / 2)
         lines.append(line)
@@ -397,34 +635,51 @@ def _local_share(tape, reference, i, j):
     return torch.autograd.grad(out, copies[i])[0].item()
 
 
-def _learner_contributions(exercise, tape, Value, i, users, ref_grad, time_limit):
-    """{user j: what the learner's _backward of node j adds to node i's grad, given j's correct grad},
-    measured on a fresh copy of the graph. An entry is None where that cannot be measured (for
-    instance when the learner's engine puts a node of its own between the two, as `a - b` written
-    as `a + (-b)` does); the result is None when the graph cannot even be rebuilt."""
+def _run_contributions(exercise, Value, tape, i, upstream, time_limit):
+    """Driver: {user j: what the learner's _backward of node j adds to node i's grad when j's grad
+    is upstream[j]}, on a fresh copy of the graph; None per user where that cannot be measured,
+    None in all when the graph cannot be rebuilt."""
     try:
         fresh = run_student(exercise, lambda: tape.replay(Value), what="rebuilding the graph", time_limit=time_limit)
     except GradingError:
         return None
     sent = {}
-    for j in users:
-        prev = list(getattr(fresh[j], "_prev", ()))
-        if not any(p is fresh[i] for p in prev):
-            sent[j] = None  # the learner's engine has a node of its own in between
-            continue
-        saved = [(p, getattr(p, "grad", 0)) for p in prev]
+    for j, grad in upstream.items():
+        def measure():
+            prev = list(getattr(fresh[j], "_prev", ()))
+            if not any(p is fresh[i] for p in prev):
+                return None  # the learner's engine has a node of its own in between
+            saved = [(p, getattr(p, "grad", 0)) for p in prev]
+            try:
+                for p in prev:
+                    p.grad = 0.0
+                fresh[j].grad = grad
+                fresh[j]._backward()
+                return _number(fresh[i].grad)
+            finally:
+                for p, g in saved:
+                    p.grad = g
         try:
-            for p in prev:
-                p.grad = 0.0
-            fresh[j].grad = ref_grad[j]
-            run_student(exercise, lambda: fresh[j]._backward(), what="one node's _backward", time_limit=time_limit)
-            sent[j] = _number(fresh[i].grad)
-        except (GradingError, AttributeError, TypeError):
+            sent[j] = run_student(exercise, measure, what="one node's _backward", time_limit=time_limit)
+        except GradingError:
             sent[j] = None
-        finally:
-            for p, g in saved:
-                p.grad = g
     return sent
+
+
+def _learner_contributions(exercise, tape, Value, i, users, ref_grad, time_limit):
+    """{user j: what the learner's _backward of node j adds to node i's grad, given j's correct grad},
+    measured on a fresh copy of the graph (in the learner's kernel). An entry is None where that
+    cannot be measured (for instance when the learner's engine puts a node of its own between the
+    two, as `a - b` written as `a + (-b)` does); the result is None when the graph cannot even be
+    rebuilt. Only runs once the check has failed: the grads it sends are those the message shows."""
+    try:
+        sent = _drive(exercise, _run_contributions, exercise, Value, tape, i, {j: ref_grad[j] for j in users},
+                      time_limit)
+    except GradingError:
+        return None
+    if not isinstance(sent, dict):
+        return None
+    return {j: _float_or_none(sent.get(j)) for j in users}
 
 
 # --- the checks the grade cells call -------------------------------------------------------------
@@ -462,13 +717,15 @@ def check_each_op(exercise, Value, ops, *, seed, repeats=3):
     needs it: log, fractional powers), so no test sits on a kink or a pole.
     """
     rng = random.Random(seed)
+    tapes = []
     for op in ops:
         for build, domain in _forms(op):
             for _ in range(repeats):
                 a = rng.choice((-1, 1)) * rng.uniform(0.3, 2.0)
                 b = rng.uniform(0.5, 2.0) * (1 if domain == "positive" else rng.choice((-1, 1)))
                 g = rng.uniform(0.5, 2.0) * rng.choice((-1, 1))
-                compare_graph(exercise, Value, build, [a, b, g], names=["a", "b", "g"])
+                tapes.append(record(build, [a, b, g], names=["a", "b", "g"]))
+    compare_tapes(exercise, Value, tapes)
 
 
 def random_expression(seed, ops, *, leaves=3, steps=12):
@@ -539,9 +796,22 @@ def random_expression(seed, ops, *, leaves=3, steps=12):
 
 def check_random_expressions(exercise, Value, ops, *, seed, count=100, leaves=3, steps=12):
     """`count` random DAGs over `ops` (seeded), each compared node by node with PyTorch."""
-    for k in range(count):
-        build, values = random_expression(seed * 100_003 + k, ops, leaves=leaves, steps=steps)
-        compare_graph(exercise, Value, build, values)
+    tapes = [record(*random_expression(seed * 100_003 + k, ops, leaves=leaves, steps=steps)) for k in range(count)]
+    compare_tapes(exercise, Value, tapes)
+
+
+
+def _run_two_passes(exercise, Value, leaf_values, passes, what):
+    """Driver: fresh leaves, each (tape, root) of `passes` replayed on them and backward() once
+    each, nothing zeroed in between; the leaves' grads (None where not a number)."""
+    def run():
+        leaves = [Value(float(v)) for v in leaf_values]
+        for tape, root in passes:
+            iterator = iter(leaves)
+            tape.replay(lambda v: next(iterator))[root].backward()
+        return [_number(getattr(leaf, "grad", None)) for leaf in leaves]
+
+    return run_student(exercise, run, what=what)
 
 
 def check_two_passes(exercise, Value, first, second, leaf_values, *, names=None, device=None):
@@ -557,22 +827,40 @@ def check_two_passes(exercise, Value, first, second, leaf_values, *, names=None,
         tape.replay(lambda v: next(iterator))[root].backward()
     expected = [t.grad.item() for t in leaves_t]
 
-    def run():
-        leaves = [Value(float(v)) for v in leaf_values]
-        for tape, root in ((tape_1, root_1), (tape_2, root_2)):
-            iterator = iter(leaves)
-            tape.replay(lambda v: next(iterator))[root].backward()
-        return leaves
-
     one, two = tape_1.expression(root_1) or tape_1.formula(root_1), tape_2.expression(root_2) or tape_2.formula(root_2)
-    leaves = run_student(exercise, run, what=f"{one}, then {two}, one backward() each")
-    for name, leaf, e in zip(names, leaves, expected):
-        got = _number(getattr(leaf, "grad", None))
+    grads = _drive(exercise, _run_two_passes, exercise, Value, [float(v) for v in leaf_values],
+                   [(tape_1, root_1), (tape_2, root_2)], f"{one}, then {two}, one backward() each")
+    grads = _sized(exercise, grads, len(leaf_values), "the leaves' grads")
+    for name, got, e in zip(names, grads, expected):
+        got = _float_or_none(got)
         if not _close(got, e):
             raise GradingError(
                 f"{exercise}: after backward() on {one} and then on {two} "
                 f"(two graphs sharing the leaves, nothing zeroed in between), {name}.grad is {_fmt(got)}; PyTorch "
                 f"accumulates both passes into {_fmt(e)}. backward() must add to the leaves' grads, not reset them.")
+
+
+def _run_deep_chain(exercise, Value, steps, ladder, c, d, e, n_nodes, shape, time_limit):
+    """Driver: build the chain (see check_deep_chain) and run backward() from its end, each within
+    `time_limit` seconds; [last node's data, its grad, the middle node's grad, the first's grad].
+    The graph stays in the kernel: only these four numbers come back."""
+    def build():
+        first = Value(0.5)
+        v, middle = first, None
+        for k in range(steps):
+            v = v * c + v * e if ladder else v * c + d
+            if k == steps // 2 - 1:
+                middle = v
+        return first, middle, v
+
+    with _automatic_collection_off():  # time the engine, not Python's cycle collector
+        first, middle, last = run_student(exercise, build, what=f"building a chain of {n_nodes:,} nodes ({shape})",
+                                          time_limit=time_limit)
+        run_student(exercise, lambda: last.backward(), what=f"backward() through a chain of {n_nodes:,} nodes",
+                    time_limit=time_limit)
+    return run_student(exercise, lambda: [_number(getattr(last, "data", None)), _number(getattr(last, "grad", None)),
+                                          _number(getattr(middle, "grad", None)), _number(getattr(first, "grad", None))],
+                       what="reading the chain's data and grads", time_limit=time_limit)
 
 
 def check_deep_chain(exercise, Value, *, n_nodes=100_000, ladder=False, time_limit=15.0):
@@ -585,28 +873,14 @@ def check_deep_chain(exercise, Value, *, n_nodes=100_000, ladder=False, time_lim
         c, e = 0.75, 0.25 - 1e-5  # c + e = 1 - 1e-5
     steps = n_nodes // (3 if ladder else 2)
     factor = c + e
-
-    def build():
-        first = Value(0.5)
-        v, middle = first, None
-        for k in range(steps):
-            v = v * c + v * e if ladder else v * c + d
-            if k == steps // 2 - 1:
-                middle = v
-        return first, middle, v
-
     shape = f"v = v * {c} + v * {e}" if ladder else f"v = v * {c} + {d}"
-    with _automatic_collection_off():  # time the engine, not Python's cycle collector
-        first, middle, last = run_student(exercise, build, what=f"building a chain of {n_nodes:,} nodes ({shape})",
-                                          time_limit=time_limit)
-        run_student(exercise, lambda: last.backward(), what=f"backward() through a chain of {n_nodes:,} nodes",
-                    time_limit=time_limit)
+    got = _drive(exercise, _run_deep_chain, exercise, Value, steps, ladder, c, d, e, n_nodes, shape, time_limit)
+    got = [_float_or_none(g) for g in _sized(exercise, got, 4, "the chain's data and grads")]
     value = 0.5 * factor ** steps if ladder else 1 - 0.5 * c ** steps
-    for what, got, expected in [("the last node's data", _number(getattr(last, "data", None)), value),
-                                ("the root's grad", _number(getattr(last, "grad", None)), 1.0),
-                                ("the middle node's grad", _number(getattr(middle, "grad", None)),
-                                 factor ** (steps - steps // 2)),
-                                ("the first node's grad", _number(getattr(first, "grad", None)), factor ** steps)]:
+    for what, got, expected in [("the last node's data", got[0], value),
+                                ("the root's grad", got[1], 1.0),
+                                ("the middle node's grad", got[2], factor ** (steps - steps // 2)),
+                                ("the first node's grad", got[3], factor ** steps)]:
         if not _close(got, expected):
             raise GradingError(f"{exercise}: on a chain of {n_nodes:,} nodes ({shape}, {steps:,} times, from "
                                f"v = 0.5), {what} is {_fmt(got)}, expected {_fmt(expected)}")
@@ -624,18 +898,35 @@ def _seeded_global_random(seed):
         random.setstate(state)
 
 
-def _mlp_and_params(exercise, MLP, nin, nouts, seed):
+def _learner_mlp(exercise, MLP, nin, nouts, seed):
+    """(model, its parameters(), their data as floats), in the learner's kernel; the weights are drawn
+    from the kernel's global `random`, seeded."""
     with _seeded_global_random(seed):
         model = run_student(exercise, lambda: MLP(nin, list(nouts)), what=f"MLP({nin}, {list(nouts)})")
     params = run_student(exercise, lambda: list(model.parameters()), what="model.parameters()")
+    values = run_student(exercise, lambda: [_number(getattr(p, "data", None)) for p in params],
+                         what="reading the parameters' data")
+    return model, params, values
+
+
+def _param_values(exercise, run, nin, nouts):
+    """The learner's parameters' data from a driver's answer: as many as MLP(nin, nouts) has, numbers."""
+    values = _part(exercise, run, "params")
+    if not isinstance(values, (list, tuple)):
+        raise GradingError(f"{exercise}: no readable answer came back from your notebook (the parameters)")
     sizes = [nin] + list(nouts)
     expected = sum((sizes[k] + 1) * sizes[k + 1] for k in range(len(nouts)))
-    if len(params) != expected:
+    if len(values) != expected:
         raise GradingError(
-            f"{exercise}: MLP({nin}, {list(nouts)}).parameters() returned {len(params)} parameters, expected "
+            f"{exercise}: MLP({nin}, {list(nouts)}).parameters() returned {len(values)} parameters, expected "
             f"{expected}: every neuron has one weight per input plus one bias, and parameters() must collect "
             "them from every layer and every neuron")
-    return model, params
+    values = [_float_or_none(v) for v in values]
+    if None in values:
+        k = values.index(None)
+        raise GradingError(f"{exercise}: {_param_name(k, nin, nouts)} of MLP({nin}, {list(nouts)}) has no numeric "
+                           "`.data`: parameters() must return the model's Values")
+    return values
 
 
 def _param_name(k, nin, nouts):
@@ -652,11 +943,11 @@ def _param_name(k, nin, nouts):
 
 
 class _TorchMLP:
-    """The same MLP in PyTorch, float64, its weights copied from the learner's parameters() in
-    micrograd's order: layer by layer, neuron by neuron, the neuron's weights then its bias."""
+    """The same MLP in PyTorch, float64, its weights copied from the learner's parameters' data
+    (`values`) in micrograd's order: layer by layer, neuron by neuron, the neuron's weights then
+    its bias."""
 
-    def __init__(self, params, nin, nouts, device):
-        values = [_number(getattr(p, "data", None)) for p in params]
+    def __init__(self, values, nin, nouts, device):
         sizes, k = [nin] + list(nouts), 0
         self.layers = []
         for n_in, n_out in zip(sizes, sizes[1:]):
@@ -690,22 +981,44 @@ def _samples(seed, count, nin):
     return xs, ys
 
 
-def _outputs(exercise, model, xs, n_out):
-    """model(x) for every x, as lists of n_out learner Values (model(x) is one Value when n_out == 1)."""
+def _learner_outputs(exercise, model, xs, n_out):
+    """model(x) for every x, in the learner's kernel: (lists of n_out learner Values, or None when an
+    output has the wrong shape; a report per output: the outputs' data as a list of floats, or,
+    for the first one of the wrong shape, a dict saying what it is)."""
     raw = run_student(exercise, lambda: [model(x) for x in xs], what="model(x)")
-    outs = []
-    for out in raw:
-        if n_out == 1:
-            if isinstance(out, (list, tuple)):
+
+    def shapes():
+        outs, report = [], []
+        for out in raw:
+            sequence = isinstance(out, (list, tuple))
+            if n_out == 1 and not sequence:
+                out = [out]
+            elif n_out == 1 or not sequence or len(out) != n_out:
+                report.append({"sequence": sequence, "type": type(out).__name__,
+                               "length": len(out) if sequence else None, "text": _text(out)})
+                return None, report
+            outs.append(list(out))
+            report.append([_number(getattr(s, "data", None)) for s in out])
+        return outs, report
+
+    return run_student(exercise, shapes, what="reading the outputs of model(x)")
+
+
+def _checked_outputs(exercise, report, n_out, count):
+    """The outputs' data from a driver's report, once every output has the right shape."""
+    if not isinstance(report, (list, tuple)):
+        raise GradingError(f"{exercise}: no readable answer came back from your notebook (the outputs)")
+    for out in report:
+        if isinstance(out, dict):
+            if n_out == 1:
                 raise GradingError(f"{exercise}: with one output neuron, model(x) should return that Value itself "
-                                   f"(as micrograd's Layer does), but it returned a {type(out).__name__} of "
-                                   f"{len(out)}: make Layer.__call__ return out[0] when the layer has one neuron")
-            out = [out]
-        elif not isinstance(out, (list, tuple)) or len(out) != n_out:
+                                   f"(as micrograd's Layer does), but it returned a {out.get('type')} of "
+                                   f"{out.get('length')}: make Layer.__call__ return out[0] when the layer has one "
+                                   "neuron")
             raise GradingError(f"{exercise}: with {n_out} output neurons, model(x) should return a list of {n_out} "
-                               f"Values, got {out!r}")
-        outs.append(list(out))
-    return outs
+                               f"Values, got {out.get('text')}")
+    outs = _sized(exercise, report, count, "the outputs")
+    return [[_float_or_none(s) for s in _sized(exercise, out, n_out, "the outputs")] for out in outs]
 
 
 def _loss(outs, ys, kind, params=(), alpha=1e-3):
@@ -721,17 +1034,38 @@ def _loss(outs, ys, kind, params=(), alpha=1e-3):
     return total
 
 
+def _learner_grads(exercise, params):
+    return run_student(exercise, lambda: [_number(getattr(p, "grad", None)) for p in params],
+                       what="reading the parameters' grads")
+
+
+def _run_mlp_gradients(exercise, MLP, nin, nouts, seed, xs, ys, loss):
+    """Driver: MLP(nin, nouts) (seeded), its outputs on xs, `loss` and loss.backward();
+    {"params": data, "outputs": report, "grads": grads}, or an "error" after the data gathered."""
+    model, params, values = _learner_mlp(exercise, MLP, nin, nouts, seed)
+    run = {"params": values}
+    try:
+        outs, run["outputs"] = _learner_outputs(exercise, model, xs, nouts[-1])
+        if outs is not None:
+            total = run_student(exercise, lambda: _loss(outs, ys, loss, params), what=f"the {loss} loss of the outputs")
+            run_student(exercise, lambda: total.backward(), what="loss.backward()")
+            run["grads"] = _learner_grads(exercise, params)
+    except GradingError as err:  # reported after what was gathered before it
+        run["error"] = str(err)
+    return run
+
+
 def check_mlp_gradients(exercise, MLP, nin, nouts, *, seed, samples=6, loss="hinge", device=None):
     """Outputs and every parameter's gradient of MLP(nin, nouts) on a seeded batch, against the
     same network in PyTorch with the learner's weights."""
-    model, params = _mlp_and_params(exercise, MLP, nin, nouts, seed)
-    reference = _TorchMLP(params, nin, nouts, device or get_device())
     xs, ys = _samples(seed + 1, samples, nin)
-    outs = _outputs(exercise, model, xs, nouts[-1])
+    run = _drive(exercise, _run_mlp_gradients, exercise, MLP, nin, list(nouts), seed, xs, ys, loss)
+    values = _param_values(exercise, run, nin, nouts)
+    reference = _TorchMLP(values, nin, nouts, device or get_device())
+    outs = _checked_outputs(exercise, _part(exercise, run, "outputs"), nouts[-1], len(xs))
     ref_outs = [reference(x) for x in xs]
     for x, out, ref in zip(xs, outs, ref_outs):
-        for j, (s, r) in enumerate(zip(out, ref)):
-            got = _number(getattr(s, "data", None))
+        for j, (got, r) in enumerate(zip(out, ref)):
             if not _close(got, r.item()):
                 raise GradingError(
                     f"{exercise}: MLP({nin}, {list(nouts)}) on x = {[round(v, 4) for v in x]}: output {j} is "
@@ -739,42 +1073,74 @@ def check_mlp_gradients(exercise, MLP, nin, nouts, *, seed, samples=6, loss="hin
                     "relu(w . x + b) in the hidden layers and w . x + b in the last one (nonlin=False); "
                     "parameters() lists the weights in micrograd's order: layer by layer, neuron by neuron, "
                     "the weights, then the bias.")
-    total = run_student(exercise, lambda: _loss(outs, ys, loss, params), what=f"the {loss} loss of the outputs")
-    run_student(exercise, lambda: total.backward(), what="loss.backward()")
+    grads = _sized(exercise, _part(exercise, run, "grads"), len(values), "the parameters' grads")
     _loss(ref_outs, ys, loss, reference.parameters()).backward()
-    for k, (p, expected) in enumerate(zip(params, reference.grads())):
-        got = _number(getattr(p, "grad", None))
+    for k, (got, expected) in enumerate(zip(grads, reference.grads())):
+        got = _float_or_none(got)
         if not _close(got, expected):
             raise GradingError(
                 f"{exercise}: MLP({nin}, {list(nouts)}), {loss} loss on {samples} samples: wrong gradient for "
                 f"{_param_name(k, nin, nouts)}: expected {_fmt(expected)} (PyTorch, same weights), got {_fmt(got)}")
 
 
+def _run_zero_grad(exercise, MLP, nin, nouts, seed, xs, ys):
+    """Driver: MLP(nin, nouts) (seeded); whether parameters() gives the same objects twice; every
+    grad set to 0.5, then zero_grad(); then two forward + backward passes without zero_grad().
+    {"params", "same", "zeroed": [[grad, its repr]...], "passes": [output reports], "grads"}, or
+    an "error" after the data gathered before it."""
+    model, params, values = _learner_mlp(exercise, MLP, nin, nouts, seed)
+    run = {"params": values}
+    try:
+        again = run_student(exercise, lambda: list(model.parameters()), what="model.parameters()")
+        run["same"] = not any(p is not q for p, q in zip(params, again))
+
+        def leave_grads_behind():  # as if an earlier step had left gradients behind
+            for p in params:
+                p.grad = 0.5
+        run_student(exercise, leave_grads_behind, what="setting every parameter's grad to 0.5")
+        run_student(exercise, lambda: model.zero_grad(), what="model.zero_grad()")
+        run["zeroed"] = run_student(exercise, lambda: [[_number(getattr(p, "grad", None)), _text(getattr(p, "grad", None))]
+                                                       for p in params], what="reading the parameters' grads")
+        run["passes"] = []
+        for _ in range(2):  # two forward + backward passes, no zero_grad() in between
+            outs, report = _learner_outputs(exercise, model, xs, nouts[-1])
+            run["passes"].append(report)
+            if outs is None:
+                return run
+            total = run_student(exercise, lambda: _loss(outs, ys, "squared"), what="the squared loss of the outputs")
+            run_student(exercise, lambda: total.backward(), what="loss.backward()")
+        run["grads"] = _learner_grads(exercise, params)
+    except GradingError as err:  # reported after what was gathered before it
+        run["error"] = str(err)
+    return run
+
+
 def check_zero_grad(exercise, MLP, nin, nouts, *, seed, samples=4, device=None):
     """parameters() returns the model's own Values; zero_grad() sets every grad to 0; two backward
     passes without zero_grad() in between add up, as they do in PyTorch."""
-    model, params = _mlp_and_params(exercise, MLP, nin, nouts, seed)
-    again = run_student(exercise, lambda: list(model.parameters()), what="model.parameters()")
-    if any(p is not q for p, q in zip(params, again)):
+    xs, ys = _samples(seed + 1, samples, nin)
+    run = _drive(exercise, _run_zero_grad, exercise, MLP, nin, list(nouts), seed, xs, ys)
+    values = _param_values(exercise, run, nin, nouts)
+    if _part(exercise, run, "same") is not True:
         raise GradingError(f"{exercise}: two calls of parameters() returned different objects: it must return the "
                            "model's own Values (the ones training updates), not new ones")
-    reference = _TorchMLP(params, nin, nouts, device or get_device())
-    xs, ys = _samples(seed + 1, samples, nin)
+    reference = _TorchMLP(values, nin, nouts, device or get_device())
     _loss([reference(x) for x in xs], ys, "squared").backward()
     single = reference.grads()
-    for p in params:
-        p.grad = 0.5  # as if an earlier step had left gradients behind
-    run_student(exercise, lambda: model.zero_grad(), what="model.zero_grad()")
-    for k, p in enumerate(params):
-        if _number(getattr(p, "grad", None)) != 0.0:
+    zeroed = _sized(exercise, _part(exercise, run, "zeroed"), len(values), "the parameters' grads")
+    for k, entry in enumerate(zeroed):
+        grad, text = _sized(exercise, entry, 2, "the parameters' grads")
+        if _float_or_none(grad) != 0.0:
             raise GradingError(f"{exercise}: after model.zero_grad(), {_param_name(k, nin, nouts)} has grad "
-                               f"{getattr(p, 'grad', None)!r}: zero_grad() must set every parameter's grad to 0")
-    for _ in range(2):  # two forward + backward passes, no zero_grad() in between
-        outs = _outputs(exercise, model, xs, nouts[-1])
-        total = run_student(exercise, lambda: _loss(outs, ys, "squared"), what="the squared loss of the outputs")
-        run_student(exercise, lambda: total.backward(), what="loss.backward()")
-    for k, (p, s) in enumerate(zip(params, single)):
-        got = _number(getattr(p, "grad", None))
+                               f"{text}: zero_grad() must set every parameter's grad to 0")
+    passes = _part(exercise, run, "passes")
+    for report in passes if isinstance(passes, (list, tuple)) else [None]:
+        _checked_outputs(exercise, report, nouts[-1], len(xs))
+    grads = _sized(exercise, _part(exercise, run, "grads"), len(values), "the parameters' grads")
+    if len(passes) != 2:
+        raise GradingError(f"{exercise}: no readable answer came back from your notebook (the two passes)")
+    for k, (got, s) in enumerate(zip(grads, single)):
+        got = _float_or_none(got)
         if not _close(got, 2 * s):
             raise GradingError(
                 f"{exercise}: two forward + backward passes without zero_grad() should leave twice the gradient "
@@ -874,9 +1240,10 @@ def _label_of(attrs):
 
 
 def parse_dot(graph):
-    """({node name: label text}, {(tail, head)}) from a graphviz.Digraph's statements."""
+    """({node name: label text}, {(tail, head)}) from a graphviz.Digraph's statements (or from the
+    list of statement lines of its `body`, as a driver returns it)."""
     labels, edges = {}, set()
-    for line in graph.body:
+    for line in graph.body if isinstance(graph, graphviz.Digraph) else graph:
         for statement in line.strip().split("\n"):
             if not statement.strip() or statement.strip().startswith(("graph", "node ", "node[", "edge ", "edge[", "//", "}", "subgraph", "{")):
                 continue
@@ -898,13 +1265,32 @@ def _shows(label, value):
     return any(abs(n - value) <= 0.006 + 1e-3 * abs(value) for n in numbers)
 
 
+
+
+def _run_drawing(exercise, draw_dot, root, what):
+    """Driver: draw_dot(root); {"type": the type name of what it returned, "body": the Digraph's
+    statement lines (only when it is a graphviz.Digraph)}."""
+    drawing = run_student(exercise, lambda: draw_dot(root), what=f"draw_dot(root) for {what}")
+
+    def read():
+        if not isinstance(drawing, graphviz.Digraph):
+            return {"type": type(drawing).__name__}
+        return {"type": type(drawing).__name__, "body": [str(line) for line in drawing.body]}
+
+    return run_student(exercise, read, what="reading the drawing")
+
+
 def check_drawing(exercise, draw_dot, root, *, what):
     """draw_dot(root) must return a graphviz.Digraph that draws every node of the graph exactly once
     with its data and its grad, every op, and an edge path from each node to each node it feeds."""
-    drawing = run_student(exercise, lambda: draw_dot(root), what=f"draw_dot(root) for {what}")
-    if not isinstance(drawing, graphviz.Digraph):
-        raise GradingError(f"{exercise}: draw_dot(root) should return a graphviz.Digraph, got {type(drawing).__name__}")
-    labels, edges = parse_dot(drawing)
+    drawing = _drive(exercise, _run_drawing, exercise, draw_dot, root, what)
+    if not isinstance(drawing, dict) or "body" not in drawing:
+        got = drawing.get("type") if isinstance(drawing, dict) else type(drawing).__name__
+        raise GradingError(f"{exercise}: draw_dot(root) should return a graphviz.Digraph, got {got}")
+    body = drawing["body"]
+    if not isinstance(body, (list, tuple)) or not all(isinstance(line, str) for line in body):
+        raise GradingError(f"{exercise}: no readable answer came back from your notebook (the drawing)")
+    labels, edges = parse_dot(body)
     nodes = topological_order(root, exercise)
     drawn = {}
     for n in nodes:

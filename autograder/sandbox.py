@@ -11,6 +11,7 @@ import dataclasses
 import io
 import os
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -19,7 +20,7 @@ import psutil
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader import utils
 
-from autograder import trusted
+from autograder import isolation, trusted
 from autograder.execution import SteadyNotebookClient
 
 
@@ -38,9 +39,16 @@ def error_output(ename, evalue):
 
 
 class SandboxClient(SteadyNotebookClient):
-    """nbclient with a cap on how much output one cell may keep."""
+    """nbclient with a cap on how much output one cell may keep, whose kernel may be jailed."""
 
     output_chars = 100_000
+    jail_plan = None  # how autograder.jail isolates the kernel, or None to start it plainly
+    exchange = None  # the isolation.Exchange that holds the connection file
+
+    def create_kernel_manager(self):
+        self.km = isolation.IsolatedKernelManager(kernel_name=self.kernel_name, config=self.config,
+                                                  plan=self.jail_plan, exchange=self.exchange)
+        return self.km
 
     def printed(self, cell_index) -> int:
         """Characters of output the cell has sent so far, kept or not."""
@@ -120,22 +128,36 @@ def _replay(client, nb, indices, seconds):
         nb.cells[index] = original  # nbclient stores the copy it ran; keep what the student saw first
 
 
-def run_notebook(nb, limits=Limits(), workdir=None, trusted_names=None):
-    """Execute `nb` in place within `limits`; return a list of (cell index, problem) it met.
+def run_notebook(nb, limits=Limits(), trusted_names=None, hidden=()):
+    """Execute `nb` in place within `limits`, in a fresh private folder; return a list of
+    (cell index, problem) it met.
 
     With `trusted_names` (the names the answers define), test cells run here in the grader's
     process instead of the kernel, and reach student code only through calls sent to the kernel
-    (see autograder/trusted.py).
+    (see autograder/trusted.py). Where the grader is root on Linux, the kernel runs as a user of
+    its own that cannot see the `hidden` paths (see autograder/isolation.py).
     """
+    run_as = isolation.fresh_uid() if isolation.available() else None
+    plan = isolation.jail_plan(run_as, hidden) if run_as is not None else None
+    exchange = isolation.Exchange(run_as)
+    try:
+        with tempfile.TemporaryDirectory(prefix="submission-") as workdir:
+            isolation.prepare_workdir(workdir, run_as)
+            return _run_cells(nb, limits, workdir, trusted_names, plan, exchange)
+    finally:
+        exchange.remove()
+
+
+def _run_cells(nb, limits, workdir, trusted_names, plan, exchange):
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     deadline = time.monotonic() + limits.submission_seconds
-    exchange = trusted.exchange_folder(workdir) if trusted_names is not None else None
+    env = isolation.kernel_env(kernel_env(limits), workdir)
     replayable, problems, position = [], [], 0
     while position < len(code):
         client = SandboxClient(nb, timeout=limits.cell_seconds, allow_errors=True, interrupt_on_timeout=False,
-                               kernel_name="python3", resources={"metadata": {"path": workdir or os.getcwd()}})
-        client.output_chars = limits.output_chars
-        with client.setup_kernel(env=kernel_env(limits), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+                               kernel_name="python3", resources={"metadata": {"path": str(workdir)}})
+        client.output_chars, client.jail_plan, client.exchange = limits.output_chars, plan, exchange
+        with client.setup_kernel(env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
             with MemoryWatch(_kernel_pid(client), limits.memory_mb) as watch:
                 _replay(client, nb, replayable, limits.cell_seconds)
                 while position < len(code):

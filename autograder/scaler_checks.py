@@ -7,6 +7,8 @@ survive as subnormals.
 `scaled_fp16_grads` is checked on inputs where it matters: every check first shows, on the same
 model and batch, that plain fp16 gradients are far from the float64 reference (they underflow),
 then asks the learner's scaled ones to be close to it, and the caller's model to be untouched.
+The learner's function runs in the driver `run_on_callers_model`, which returns its result and
+the model as the call left it (values, dtypes, requires_grad, .grad); the grader compares both.
 
 `DynamicLossScaler` is driven side by side with `torch.amp.GradScaler` on scripted gradient
 streams: a pattern string gives one character per step ('.' finite, '+'/'-' an infinite entry,
@@ -18,6 +20,12 @@ used, the step taken or skipped, the scale after `update()`, the parameters (and
 step that differs is reported with the history up to it. The learner's run is watched so that
 it cannot call GradScaler (however it was imported, subclassed or wrapped) nor the private
 `torch._amp_*` kernels GradScaler is built on. Everything runs on `get_device()`.
+
+Trusted grading (`autograder.trusted`): the learner's code runs only inside the drivers
+(`run_on_callers_model`, `drive_learner`, `declared_defaults`), wherever the learner's code runs;
+they return plain data (tensors, numbers, `StepRecord`s in a `LearnerRun`). The references
+(float64 and plain fp16 gradients, GradScaler's run, GradScaler's defaults) and every comparison
+stay in the grader's process.
 """
 import contextlib
 import copy
@@ -180,23 +188,61 @@ def _snapshot(model):
             for name, p in model.named_parameters()]
 
 
-def _check_untouched(exercise, model, snapshot, inputs):
-    now = dict(model.named_parameters())
+def _set_grads(model, grads):
+    for p, g in zip(model.parameters(), grads):
+        p.grad = None if g is None else g.detach().clone()
+
+
+def run_on_callers_model(fn, model, grads, loss_fn, x, y, scale):
+    """A driver, run where the learner's code runs (in trusted grading, the kernel): call
+    fn(caller's model, loss_fn, x, y, scale) and return its result with a snapshot of that model
+    as the call left it, (name, value, dtype, requires_grad, grad) per parameter, for the grader
+    to compare by value with its own snapshot from before the call.
+
+    The learner gets a copy of `model` holding `grads` as its .grad (a pickled module arrives
+    without them), so `model` itself stays as the grader sent it: what a call changes in a module
+    it was given comes back into the grader's model, and a model converted in place (model.half(),
+    its .grad then fp16) cannot come back into float32 parameters. The snapshot reports it."""
+    _set_grads(model, grads)  # as the grader holds them, so that what comes back changes nothing
+    callers = copy.deepcopy(model)
+    _set_grads(callers, grads)  # deepcopy leaves .grad behind
+    got = fn(callers, loss_fn, x, y, scale)
+    return got, _snapshot(callers)
+
+
+def _call_on_model(exercise, fn, model, loss_fn, x, y, scale):
+    """The learner's result and the caller's model as the call left it (see `run_on_callers_model`)."""
+    grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
+    answer = checks.call_student(exercise, lambda m, f, a, b, s: run_on_callers_model(fn, m, grads, f, a, b, s),
+                                 model, loss_fn, x, y, scale, names=["model", "loss_fn", "x", "y", "scale"])
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        checks._fail(exercise, f"no readable answer came back from your notebook: {checks.describe(answer)}")
+    return answer
+
+
+def _check_untouched(exercise, after, snapshot, inputs):
+    """`after`: the model's snapshot as the learner's call left it; `snapshot`: taken before, here."""
+    if not isinstance(after, (list, tuple)) or not all(isinstance(e, (list, tuple)) and len(e) == 5 for e in after):
+        checks._fail(exercise, "the state of the caller's model did not come back from your notebook: "
+                               f"{checks.describe(after)}", inputs)
+    now = {entry[0]: entry[1:] for entry in after}
     for name, value, dtype, requires_grad, grad in snapshot:
-        p = now.get(name)
-        if p is None:
+        if name not in now:
             checks._fail(exercise, f"the caller's model lost its parameter {name!r}: work on a copy", inputs)
-        if p.dtype != dtype:
-            checks._fail(exercise, f"changed the caller's model: parameter {name!r} is now {p.dtype}, was {dtype} "
+        p, p_dtype, p_requires_grad, p_grad = now[name]
+        if p_dtype != dtype:
+            checks._fail(exercise, f"changed the caller's model: parameter {name!r} is now {p_dtype}, was {dtype} "
                                    "(model.half() converts in place: convert a copy, e.g. copy.deepcopy(model).half())",
                          inputs)
-        if p.requires_grad != requires_grad:
+        if p_requires_grad != requires_grad:
             checks._fail(exercise, f"changed requires_grad of the caller's parameter {name!r}", inputs)
-        if not torch.equal(p.detach(), value):
+        if not (isinstance(p, torch.Tensor) and p.shape == value.shape and torch.equal(p.to(value.dtype), value)):
+            change = ((p.double() - value.double()).abs().max().item()
+                      if isinstance(p, torch.Tensor) and p.shape == value.shape else math.inf)
             checks._fail(exercise, f"changed the values of the caller's parameter {name!r} (max change "
-                                   f"{(p.detach().double() - value.double()).abs().max().item():.3g}): work on a copy",
-                         inputs)
-        if (p.grad is None) != (grad is None) or (grad is not None and not torch.equal(p.grad, grad)):
+                                   f"{change:.3g}): work on a copy", inputs)
+        if (p_grad is None) != (grad is None) or (grad is not None and not (
+                isinstance(p_grad, torch.Tensor) and p_grad.shape == grad.shape and torch.equal(p_grad, grad))):
             checks._fail(exercise, f"changed .grad of the caller's parameter {name!r}: compute the gradients on the "
                                    "copy, and leave the caller's .grad as it was", inputs)
 
@@ -251,9 +297,8 @@ def check_scaled_fp16_grads(exercise, fn, model, loss_fn, x, y, scales, *, toler
     seen = {"plain fp16 (scale 1, computed by the grader)": plain}
     for scale in scales:
         inputs = {"model": f"{what}: {model}".replace("\n", " "), "loss_fn": loss_fn, "x": x, "y": y, "scale": scale}
-        got = checks.call_student(exercise, fn, model, loss_fn, x, y, scale,
-                                  names=["model", "loss_fn", "x", "y", "scale"])
-        _check_untouched(exercise, model, snapshot, inputs)
+        got, after = _call_on_model(exercise, fn, model, loss_fn, x, y, scale)
+        _check_untouched(exercise, after, snapshot, inputs)
         _check_structure(exercise, got, params, inputs)
         errors = relative_errors(got, reference)
         worst = max(range(len(errors)), key=lambda i: errors[i])
@@ -272,8 +317,8 @@ def check_shows_fp16(exercise, fn, model, loss_fn, x, y, *, gap=0.5, what="a mod
     reference = reference_grads(model, loss_fn, x, y)
     inputs = {"model": f"{what}: {model}".replace("\n", " "), "loss_fn": loss_fn, "x": x, "y": y, "scale": 1.0}
     snapshot = _snapshot(model)
-    got = checks.call_student(exercise, fn, model, loss_fn, x, y, 1.0, names=["model", "loss_fn", "x", "y", "scale"])
-    _check_untouched(exercise, model, snapshot, inputs)
+    got, after = _call_on_model(exercise, fn, model, loss_fn, x, y, 1.0)
+    _check_untouched(exercise, after, snapshot, inputs)
     _check_structure(exercise, got, list(model.named_parameters()), inputs)
     error = max(relative_errors(got, reference))
     if error < gap:
@@ -341,6 +386,15 @@ class StepRecord:
     grads: list = None
     grads_finite: bool = True
     problem: str = ""
+
+
+@dataclasses.dataclass
+class LearnerRun:
+    """What `drive_learner` sends back: whether the name holds a class (and what it holds), and
+    the learner's run, one StepRecord per step."""
+    is_class: bool
+    holds: str
+    records: list = None
 
 
 def _make_params(device, seed=0):
@@ -422,6 +476,16 @@ def _no_private_kernels(exercise):
                                    "asks you to write the check and the update yourself")
 
 
+def _builtin(value):
+    """A subclass of float or int (numpy's float64, ...) as the plain Python number it equals, so
+    that it crosses to the grader as data."""
+    if isinstance(value, float) and type(value) is not float:
+        return float(value)
+    if isinstance(value, int) and not isinstance(value, bool) and type(value) is not int:
+        return int(value)
+    return value
+
+
 def _learner_call(exercise, where, fn, *args):
     try:
         return fn(*args)
@@ -431,7 +495,14 @@ def _learner_call(exercise, where, fn, *args):
         checks._fail(exercise, f"{where} raised {type(err).__name__}: {err}")
 
 
-def _drive_learner(exercise, scaler_class, stream, settings, unscale_first, clip):
+def drive_learner(exercise, scaler_class, stream, settings, unscale_first, clip):
+    """A driver, run where the learner's code runs (in trusted grading, the kernel): is the name a
+    class, and if so its run on `stream`, one StepRecord per step (the scale used, the step taken
+    or skipped, the scale after update(), the parameters, the gradients after unscale_()), all
+    plain data for the grader to compare with GradScaler's run. A method that raises, or a
+    scale() that returns no tensor to call backward() on, ends the run with a failure."""
+    if not isinstance(scaler_class, type):
+        return LearnerRun(is_class=False, holds=checks.describe(scaler_class))
     device = get_device()
     with _no_private_kernels(exercise):
         scaler = _learner_call(exercise, f"{exercise}({', '.join(f'{k}={v!r}' for k, v in settings.items())})",
@@ -460,10 +531,11 @@ def _drive_learner(exercise, scaler_class, stream, settings, unscale_first, clip
             stepped = calls[0] - before
             _learner_call(exercise, at + "update()", scaler.update)
             scale_after = _learner_call(exercise, at + "get_scale() after update()", scaler.get_scale)
-            records.append(StepRecord(scale_used, stepped, scale_after, [p.detach().clone() for p in params],
+            records.append(StepRecord(_builtin(scale_used), stepped, _builtin(scale_after),
+                                      [p.detach().clone() for p in params],
                                       returned=returned, scaled_loss=float(scaled.detach()),
                                       loss=loss_value, grads=grads))
-    return records
+    return LearnerRun(is_class=True, holds=checks.describe(scaler_class), records=records)
 
 
 def _settings_text(settings):
@@ -589,30 +661,54 @@ def compare_records(exercise, stream, settings, ref, got, *, unscale_first=False
                          f"  the steps up to there ({legend}):\n" + _table(stream, ref, got, step)))
 
 
+DEFAULTS_CHECKED = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
+
+
+def declared_defaults(scaler_class):
+    """A driver, run where the learner's code runs: {argument: default} for the defaults that
+    `scaler_class` declares among DEFAULTS_CHECKED, or None where it has no signature to read."""
+    try:
+        mine = inspect.signature(scaler_class).parameters
+    except (TypeError, ValueError):
+        return None
+    return {name: _builtin(mine[name].default) for name in DEFAULTS_CHECKED
+            if name in mine and mine[name].default is not inspect.Parameter.empty}
+
+
+def _same_default(declared, expected):
+    try:
+        return bool(declared == expected)
+    except Exception:  # e.g. a tensor of several elements: not GradScaler's number
+        return False
+
+
 def check_defaults(exercise, scaler_class):
     """The defaults the class declares (where it declares them) are GradScaler's."""
     theirs = inspect.signature(gradscaler_class().__init__).parameters
-    try:
-        mine = inspect.signature(scaler_class).parameters
-    except (TypeError, ValueError):  # no signature to read: the behaviour checks decide
+    declared = checks.call_student(exercise, declared_defaults, scaler_class, names=[exercise])
+    if not isinstance(declared, dict):  # no signature to read: the behaviour checks decide
         return
-    for name in ("init_scale", "growth_factor", "backoff_factor", "growth_interval"):
-        declared = mine.get(name)
-        if declared is not None and declared.default is not inspect.Parameter.empty \
-                and declared.default != theirs[name].default:
-            checks._fail(exercise, f"the default of {name} is {declared.default!r}; GradScaler's (and the "
+    for name in DEFAULTS_CHECKED:
+        if name in declared and not _same_default(declared[name], theirs[name].default):
+            checks._fail(exercise, f"the default of {name} is {declared[name]!r}; GradScaler's (and the "
                                    f"exercise's) is {theirs[name].default!r}")
 
 
 def side_by_side(exercise, scaler_class, stream, *, unscale_first=False, clip=None, **settings):
-    """Drive the learner's class and torch.amp.GradScaler on the same stream, compare after every step,
-    and return both histories (GradScaler's, the learner's): lists of StepRecord."""
+    """Drive the learner's class (in `drive_learner`, where the learner's code runs) and
+    torch.amp.GradScaler (here) on the same stream, compare after every step, and return both
+    histories (GradScaler's, the learner's): lists of StepRecord."""
     reference = run_gradscaler(stream, settings, unscale_first=unscale_first, clip=clip)
-    if not isinstance(scaler_class, type):
-        checks._fail(exercise, f"expected a class, but the name holds {checks.describe(scaler_class)}")
-    got = checks.call_student(exercise, lambda: _drive_learner(exercise, scaler_class, stream, settings,
-                                                               unscale_first, clip),
+    run = checks.call_student(exercise, lambda: drive_learner(exercise, scaler_class, stream, settings,
+                                                              unscale_first, clip),
                               forbid=(gradscaler_class(),), time_limit=30.0)
+    if not isinstance(run, LearnerRun):
+        checks._fail(exercise, f"no record of your scaler's run came back, got {checks.describe(run)}")
+    if not run.is_class:
+        checks._fail(exercise, f"expected a class, but the name holds {run.holds}")
+    got = run.records
+    if not isinstance(got, list) or len(got) != len(reference) or not all(isinstance(r, StepRecord) for r in got):
+        checks._fail(exercise, f"the record of your scaler's run is incomplete: {checks.describe(got)}")
     compare_records(exercise, stream, settings, reference, got, unscale_first=unscale_first)
     return reference, got
 

@@ -8,8 +8,18 @@ check here builds a small seeded model, runs the learner's function on it throug
 left behind and compares it with the same steps done by PyTorch on an identical copy of the model.
 Every failure is a `GradingError` that names the exercise, the case and what differed.
 
-Learner code is always called through a zero-argument function: `call_student` copies the tensors
-it is given positionally (detached), and here the graph those tensors carry is the point.
+Learner code is called through `call_student`, and wherever more than the bare call is needed,
+through a DRIVER: a module-level function here (`walk_graph`, `raised_by`, `distill_leaf_backward`,
+`per_loss_run`, `accumulate_run`, `call_with_grads`, `no_graph_run`, `predict_run`) that builds or
+receives the inputs, calls the learner's function, does what must happen beside it (backward(), a
+saved-tensor ledger, weak references, .grad set beforehand, the grad mode) and returns plain data:
+values, gradients, counts, the records below. A driver runs wherever the learner's code runs (in
+trusted grading, the notebook's kernel; see autograder/trusted.py), which is where an autograd graph
+can live: graphs never cross to the grader, so they are built in the driver, from builders or seeds.
+The checks compare that data with the PyTorch reference in their own process, so no verdict is
+taken where the learner's code could reach it. `call_student` copies the tensors it is given
+positionally (detached), so a driver gets the tensors whose graph or .grad matters through a
+closure, or builds them itself.
 
 Weights and data come from `autograder.inputs` (drawn on the CPU from a seed, then moved), so a
 check grades the same numbers on every device. `draw_autograd_graph` draws a PyTorch graph for the
@@ -18,6 +28,7 @@ notebook.
 import collections
 import contextlib
 import copy
+import dataclasses
 import gc
 import math
 import weakref
@@ -36,6 +47,11 @@ from autograder.memory import SavedTensorLedger
 # differ in the last bits; every wrong answer caught here is off by far more.
 LOOSE = {torch.float64: (1e-9, 1e-10), torch.float32: (1e-4, 1e-5)}
 MEMORY_SHARE = 0.6  # accumulated_grads may hold at most this share of the full batch's saved bytes
+
+
+# Drivers that build graphs run with gradient tracking on, whatever the notebook's own cells left the
+# kernel in (a predict that switched it off loses its own marks, not those of every later exercise).
+_GRAD_ON = torch.enable_grad()
 
 
 def _fail(exercise, what, details=""):
@@ -192,8 +208,11 @@ class _Double(torch.autograd.Function):
 
 
 def sample_graphs(seed, dtype=torch.float64, device=None):
-    """[(description, tensor)]: graphs that tell a breadth-first walk that visits each node once
-    apart from the usual slips (depth first, duplicates, names merged, None entries, roots, leaves)."""
+    """[(description, build)]: graphs that tell a breadth-first walk that visits each node once apart
+    from the usual slips (depth first, duplicates, names merged, None entries, roots, leaves).
+
+    `build()` makes the graph afresh from leaves drawn here: a graph cannot be sent to the learner's
+    kernel (pickling keeps a tensor's values, not its grad_fn), a builder and its leaves can."""
     device = device or get_device()
 
     def leaf(*shape, k):
@@ -204,32 +223,49 @@ def sample_graphs(seed, dtype=torch.float64, device=None):
 
     x, w, v = leaf(3, k=0), leaf(3, k=1), leaf(3, k=2)
     c = const(3, k=3)
-    graphs = []
-    h = x * w
-    graphs.append(("h = x * w; L = h.sum() + h.mean()  (h is shared)", h.sum() + h.mean()))
-    graphs.append(("L = ((x * w) * (w * 3)).sum()  (three different MulBackward0 nodes)", ((x * w) * (w * 3)).sum()))
-    graphs.append(("L = (x * c + c).sum() with c a constant  (next_functions holds None)", (x * c + c).sum()))
-    graphs.append(("L = (x.exp() * w).sum() + (w.sin() * v).mean() + v.sum()",
-                   (x.exp() * w).sum() + (w.sin() * v).mean() + v.sum()))
-    y = x * 2
-    y += 1
-    graphs.append(("y = x * 2; y += 1; L = y.sum()  (an in-place add)", y.sum()))
-    graphs.append(("L = _Double.apply(x).sum()  (a custom autograd.Function)", _Double.apply(x).sum()))
     net = mlp([3, 4, 2], seed + 5, dtype, device)
-    graphs.append(("F.mse_loss(net(inp), target) for a Linear-Tanh-Linear net, inp without grad",
-                   F.mse_loss(net(const(5, 3, k=6)), const(5, 2, k=7))))
+    net_in, net_target = const(5, 3, k=6), const(5, 2, k=7)
     W_frozen = const(4, 3, k=8)
     A, B = leaf(2, 3, k=9), leaf(4, 2, k=10)
-    inp = const(6, 3, k=11)
-    graphs.append(("(inp @ W.T + (inp @ A.T) @ B.T).pow(2).mean() with W frozen (a LoRA layer)",
-                   (inp @ W_frozen.T + (inp @ A.T) @ B.T).pow(2).mean()))
-    ladder = x
-    for _ in range(60):
-        ladder = torch.tanh(ladder) + ladder * 0.5  # every step uses the previous node twice
-    graphs.append(("60 steps of h = tanh(h) + h * 0.5  (2**60 paths, 182 nodes)", ladder.sum()))
-    graphs.append(("x itself: a leaf, grad_fn is None", x))
-    graphs.append(("c * 2 with c a constant: no graph at all", c * 2))
-    return graphs
+    lora_in = const(6, 3, k=11)
+
+    def shared():
+        h = x * w
+        return h.sum() + h.mean()
+
+    def in_place():
+        y = x * 2
+        y += 1
+        return y.sum()
+
+    def ladder():
+        h = x
+        for _ in range(60):
+            h = torch.tanh(h) + h * 0.5  # every step uses the previous node twice
+        return h.sum()
+
+    return [
+        ("h = x * w; L = h.sum() + h.mean()  (h is shared)", shared),
+        ("L = ((x * w) * (w * 3)).sum()  (three different MulBackward0 nodes)", lambda: ((x * w) * (w * 3)).sum()),
+        ("L = (x * c + c).sum() with c a constant  (next_functions holds None)", lambda: (x * c + c).sum()),
+        ("L = (x.exp() * w).sum() + (w.sin() * v).mean() + v.sum()",
+         lambda: (x.exp() * w).sum() + (w.sin() * v).mean() + v.sum()),
+        ("y = x * 2; y += 1; L = y.sum()  (an in-place add)", in_place),
+        ("L = _Double.apply(x).sum()  (a custom autograd.Function)", lambda: _Double.apply(x).sum()),
+        ("F.mse_loss(net(inp), target) for a Linear-Tanh-Linear net, inp without grad",
+         lambda: F.mse_loss(net(net_in), net_target)),
+        ("(inp @ W.T + (inp @ A.T) @ B.T).pow(2).mean() with W frozen (a LoRA layer)",
+         lambda: (lora_in @ W_frozen.T + (lora_in @ A.T) @ B.T).pow(2).mean()),
+        ("60 steps of h = tanh(h) + h * 0.5  (2**60 paths, 182 nodes)", ladder),
+        ("x itself: a leaf, grad_fn is None", lambda: x),
+        ("c * 2 with c a constant: no graph at all", lambda: c * 2),
+    ]
+
+
+@_GRAD_ON
+def walk_graph(fn, build):
+    """Driver: fn(build()), the graph built where fn runs (in trusted grading, the learner's kernel)."""
+    return fn(build())
 
 
 def _grad_fn_hint(got, expected):
@@ -254,18 +290,28 @@ def _grad_fn_hint(got, expected):
     return ""
 
 
+def _type_name(value):
+    """The class name of a value, or of what it stood for when it came back from the kernel as a stand-in."""
+    from autograder import trusted  # the grader's side only: plain grading never needs it
+    return value.type_name if isinstance(value, (trusted.Opaque, trusted.Raised)) else type(value).__name__
+
+
 def check_grad_fn_names(exercise, fn, graphs, time_limit=10.0):
-    """Compare fn(t) with the reference walk on every (description, tensor) of `graphs`."""
-    for what, t in graphs:
-        expected = reference_grad_fn_names(t)
-        got = _run(exercise, lambda: fn(t), f"the graph of {what}", time_limit=time_limit)
+    """Compare fn(t) with the reference walk on every (description, build) of `graphs`, where
+    build() makes the tensor t: once here for the reference, once beside fn for fn."""
+    for what, build in graphs:
+        if not callable(build):
+            raise TypeError(f"check_grad_fn_names: the graph of {what} must come as a function that builds it "
+                            "(lambda: ...): a graph does not survive the trip to the learner's kernel")
+        expected = reference_grad_fn_names(build())
+        got = _run(exercise, lambda: walk_graph(fn, build), f"the graph of {what}", time_limit=time_limit)
         if not isinstance(got, (list, tuple)):
             _fail(exercise, f"should return a list of class names, got {_summary(got)}",
                   f"  for the graph of: {what}")
         got = list(got)
         if not all(isinstance(n, str) for n in got):
             bad = next(n for n in got if not isinstance(n, str))
-            _fail(exercise, f"the list should hold strings (class names), it holds {type(bad).__name__} {bad!r}",
+            _fail(exercise, f"the list should hold strings (class names), it holds {_type_name(bad)} {bad!r}",
                   f"  for the graph of: {what}\n  hint: type(node).__name__ is the class name of a node")
         if got != expected:
             first = next((i for i, (g, e) in enumerate(zip(got, expected)) if g != e), min(len(got), len(expected)))
@@ -380,30 +426,44 @@ def check_freeze_training(exercise, fn, build, trainable, *, seed, frozen_before
                   f"  case: {case}")
 
 
+@dataclasses.dataclass
+class Caught:
+    """An exception the learner's code raised, as data: its class name, message, and the names of its
+    class and every base class (so that the grader can tell a ValueError subclass from anything else)."""
+    type_name: str
+    message: str
+    lineage: tuple
+
+
+def raised_by(fn, *args):
+    """Driver: fn(*args); what it raised as a `Caught`, or None if it returned. NotImplementedError passes
+    through, so that an exercise left undone reads as such."""
+    try:
+        fn(*args)
+    except NotImplementedError:
+        raise
+    except Exception as err:  # the kind of error is judged by the check, outside the learner's call
+        return Caught(type(err).__name__, str(err), tuple(c.__name__ for c in type(err).__mro__))
+    return None
+
+
 def check_freeze_unknown_name(exercise, fn, build, *, seed):
     """A name that is not a parameter of the model must raise ValueError or KeyError."""
     model = build(seed)
     typo = next(n for n, _ in model.named_parameters()).replace("weight", "weigth")
-
-    def attempt():
-        try:
-            fn(model, [typo])
-        except NotImplementedError:
-            raise
-        except Exception as err:  # the kind of error is judged below, outside the learner's call
-            return err
-        return None
-
     case = f"{_describe_model(model)}; trainable=[{typo!r}]"
-    err = _run(exercise, attempt, case)
+    err = _run(exercise, lambda: raised_by(fn, model, [typo]), case)
     if err is None:
         _fail(exercise, f"accepted the unknown name {typo!r} without a word",
               f"  case: {case}\n  a typo would freeze every parameter and train nothing: "
               "raise a ValueError (or KeyError) that names it")
-    if not isinstance(err, (ValueError, KeyError)):
-        _fail(exercise, f"raised {type(err).__name__} ({err}) for the unknown name {typo!r}",
+    if not isinstance(err, Caught):  # not what raised_by returns: the answer did not come back as data
+        _fail(exercise, f"no readable account of what happened for the unknown name {typo!r}: {_summary(err)}",
+              f"  case: {case}")
+    if not {"ValueError", "KeyError"} & set(err.lineage):
+        _fail(exercise, f"raised {err.type_name} ({err.message}) for the unknown name {typo!r}",
               f"  case: {case}\n  raise a ValueError (or KeyError) that names it"
-              + ("; an assert disappears when Python runs with -O" if isinstance(err, AssertionError) else ""))
+              + ("; an assert disappears when Python runs with -O" if err.type_name == "AssertionError" else ""))
 
 
 # --- distill_loss --------------------------------------------------------------------------------
@@ -447,60 +507,109 @@ def check_distill_value(exercise, fn, *, B, C, T, seed, dtype=torch.float64, sca
         raise GradingError(str(err) + (f"\n  hint: {hint}" if hint else "")) from None
 
 
+@dataclasses.dataclass
+class Backward:
+    """What a loss function returned and where backward() sent gradients, observed beside it.
+
+    `loss`: what it returned (a tensor comes back as its value, without its graph); `has_graph`: whether
+    that was a tensor with a grad_fn; `grads`: {name: .grad after loss.backward(), or None}, empty when
+    backward() was not run (the loss was no 0-d tensor with a graph)."""
+    loss: object
+    has_graph: bool
+    grads: dict
+
+
+def _logits(B, C, seed, dtype, device, scale):
+    return (inputs.randn(B, C, seed=seed, dtype=dtype, device=device, scale=scale),
+            inputs.randn(B, C, seed=seed + 1, dtype=dtype, device=device, scale=scale))
+
+
+def backward_through(loss, tensors):
+    """loss.backward() when loss is a 0-d tensor with a graph; then the .grad of each of `tensors`
+    ({name: tensor}) as a `Backward`."""
+    has_graph = isinstance(loss, torch.Tensor) and loss.grad_fn is not None
+    if not (has_graph and loss.shape == ()):
+        return Backward(loss, has_graph, {})
+    loss.backward()
+    return Backward(loss, True, {name: t.grad for name, t in tensors.items()})
+
+
+@_GRAD_ON
+def distill_leaf_backward(fn, B, C, T, seed, dtype, scale):
+    """Driver: fn on leaf student and teacher logits that both require grad, then backward()."""
+    s, t = (v.requires_grad_() for v in _logits(B, C, seed, dtype, get_device(), scale))
+    return backward_through(fn(s, t, T), {"student_logits": s, "teacher_logits": t})
+
+
+def _distill_networks(seed, dtype, device):
+    teacher, student = mlp([4, 6, 5], seed, dtype, device), mlp([4, 3, 5], seed + 1, dtype, device)
+    return teacher, student, inputs.randn(8, 4, seed=seed + 2, dtype=dtype, device=device)
+
+
+@_GRAD_ON
+def distill_network_backward(fn, seed, T, dtype):
+    """Driver: fn on the logits of a student and a teacher network, then backward()."""
+    teacher, student, x = _distill_networks(seed, dtype, get_device())
+    params = {**{f"teacher {n}": p for n, p in teacher.named_parameters()},
+              **{f"student {n}": p for n, p in student.named_parameters()}}
+    return backward_through(fn(student(x), teacher(x), T), params)
+
+
+def _backward_of(exercise, result, case):
+    """The checks on a `Backward` that come before its gradients: a 0-d tensor, with a graph."""
+    if not isinstance(result, Backward):  # not what the driver returns: the answer did not come back as data
+        _fail(exercise, f"no readable account of the call came back: {_summary(result)}", f"  case: {case}")
+    loss = result.loss
+    if not isinstance(loss, torch.Tensor) or loss.shape != ():
+        _fail(exercise, f"should return a 0-d tensor, got {checks.describe(loss)}", f"  case: {case}")
+    if not result.has_graph:
+        _fail(exercise, "the loss has no graph: no gradient can reach the student",
+              f"  case: {case}\n  hint: detach only the teacher's side; the student's logits must stay in the graph")
+
+
 def check_distill_gradients(exercise, fn, *, B, C, T, seed, dtype=torch.float64, scale=3.0):
     """Leaf logits that both require grad: after backward the student's .grad is the reference's and
     the teacher's .grad is None."""
     device = get_device()
-    s = inputs.randn(B, C, seed=seed, dtype=dtype, device=device, scale=scale).requires_grad_()
-    t = inputs.randn(B, C, seed=seed + 1, dtype=dtype, device=device, scale=scale).requires_grad_()
+    s, t = _logits(B, C, seed, dtype, device, scale)
     case = f"leaf student and teacher logits ({B}, {C}) that both require grad, {dtype}, T={T:g}"
-    s_ref = s.detach().clone().requires_grad_()
-    expected = torch.autograd.grad(reference_distill_loss(s_ref, t.detach().clone(), T), s_ref)
-    loss = _run(exercise, lambda: fn(s, t, T), case)
-    _backward_of(exercise, loss, case)
-    if s.grad is None:
+    s_ref = s.clone().requires_grad_()
+    expected = torch.autograd.grad(reference_distill_loss(s_ref, t, T), s_ref)
+    result = _run(exercise, lambda: distill_leaf_backward(fn, B, C, T, seed, dtype, scale), case)
+    _backward_of(exercise, result, case)
+    s_grad, t_grad = result.grads.get("student_logits"), result.grads.get("teacher_logits")
+    if s_grad is None:
         _fail(exercise, "no gradient reached the student logits"
-              + (", and one reached the teacher's: the detach is on the wrong side" if t.grad is not None else ""),
+              + (", and one reached the teacher's: the detach is on the wrong side" if t_grad is not None else ""),
               f"  case: {case}")
-    if t.grad is not None:
-        _fail(exercise, f"a gradient reached the teacher logits (largest entry {t.grad.abs().max().item():.3g})",
+    if t_grad is not None:
+        _fail(exercise, f"a gradient reached the teacher logits (largest entry {t_grad.abs().max().item():.3g})",
               f"  case: {case}\n  the teacher must not learn: use teacher_logits.detach() "
               "(or compute its probabilities under torch.no_grad())")
-    _close(exercise, [s.grad], expected, case=case, names=["student_logits.grad"])
-
-
-def _backward_of(exercise, loss, case):
-    if not isinstance(loss, torch.Tensor) or loss.shape != ():
-        _fail(exercise, f"should return a 0-d tensor, got {checks.describe(loss)}", f"  case: {case}")
-    if loss.grad_fn is None:
-        _fail(exercise, "the loss has no graph: no gradient can reach the student",
-              f"  case: {case}\n  hint: detach only the teacher's side; the student's logits must stay in the graph")
-    _run(exercise, loss.backward, case)
+    _close(exercise, [s_grad], expected, case=case, names=["student_logits.grad"])
 
 
 def check_distill_models(exercise, fn, *, seed, T=2.0, dtype=torch.float64):
     """Teacher logits straight out of a teacher network (a non-leaf with a graph): after backward no
     teacher parameter has a gradient, and the student network's gradients are the reference's."""
     device = get_device()
-    teacher, student = mlp([4, 6, 5], seed, dtype, device), mlp([4, 3, 5], seed + 1, dtype, device)
-    x = inputs.randn(8, 4, seed=seed + 2, dtype=dtype, device=device)
     case = f"logits of a student and a teacher network (both with parameters that require grad), {dtype}, T={T:g}"
-    loss = _run(exercise, lambda: fn(student(x), teacher(x), T), case)
-    _backward_of(exercise, loss, case)
-    reached = [n for n, p in teacher.named_parameters() if p.grad is not None]
+    result = _run(exercise, lambda: distill_network_backward(fn, seed, T, dtype), case)
+    _backward_of(exercise, result, case)
+    teacher, ref_student, x = _distill_networks(seed, dtype, device)
+    reached = [n for n, _ in teacher.named_parameters() if result.grads.get(f"teacher {n}") is not None]
     if reached:
         _fail(exercise, f"backward() reached the teacher's parameters {reached}",
               f"  case: {case}\n  detach the teacher's logits, so that no gradient flows into the teacher")
-    ref_student = mlp([4, 3, 5], seed + 1, dtype, device)
     with torch.no_grad():
         teacher_logits = teacher(x)
     expected = torch.autograd.grad(reference_distill_loss(ref_student(x), teacher_logits, T),
                                    list(ref_student.parameters()))
-    names = [n for n, _ in student.named_parameters()]
-    if any(p.grad is None for p in student.parameters()):
+    names = [n for n, _ in ref_student.named_parameters()]
+    got = [result.grads.get(f"student {n}") for n in names]
+    if any(g is None for g in got):
         _fail(exercise, "some student parameters received no gradient", f"  case: {case}")
-    _close(exercise, [p.grad for p in student.parameters()], expected, case=case,
-           names=[f"student {n}.grad" for n in names])
+    _close(exercise, got, expected, case=case, names=[f"student {n}.grad" for n in names])
 
 
 # --- per_loss_grads ------------------------------------------------------------------------------
@@ -554,6 +663,28 @@ def _per_loss_hint(got, expected, k, which):
     return ""
 
 
+def _stale_grads(params, seed, dtype, device):
+    """Half the .grad buffers hold an earlier gradient (every other one), the others None."""
+    return [inputs.randn(*p.shape, seed=seed + 50 + k, dtype=dtype, device=device) if k % 2 == 0 else None
+            for k, p in enumerate(params)]
+
+
+@_GRAD_ON
+def per_loss_run(fn, seed, which, param_names, dtype, stale_grads):
+    """Driver: fn(losses, params) on losses of one shared forward through a seeded TwoHeads model, some
+    .grad holding an earlier gradient; returns (what fn returned, every param's .grad after the call)."""
+    device = get_device()
+    model = two_heads(seed, dtype, device)
+    named = dict(model.named_parameters())
+    params = [named[n] for n in param_names]
+    if stale_grads:
+        for p, g in zip(params, _stale_grads(params, seed, dtype, device)):
+            p.grad = g
+    losses = multitask_losses(model, seed, dtype, device)
+    got = fn([losses[i] for i in which], list(params))
+    return got, [p.grad for p in params]
+
+
 def check_per_loss_grads(exercise, fn, *, seed, which=(0, 1, 2), param_names=None, dtype=torch.float64,
                          stale_grads=True):
     """fn(losses, params) on losses of one shared forward: each tuple equals the gradients of that
@@ -563,20 +694,18 @@ def check_per_loss_grads(exercise, fn, *, seed, which=(0, 1, 2), param_names=Non
     named = dict(model.named_parameters())
     param_names = list(param_names or named)
     params = [named[n] for n in param_names]
-    if stale_grads:  # some .grad hold an earlier gradient, the others None
-        for k, p in enumerate(params):
-            if k % 2 == 0:
-                p.grad = inputs.randn(*p.shape, seed=seed + 50 + k, dtype=dtype, device=device)
-    before = [None if p.grad is None else p.grad.clone() for p in params]
-    losses = multitask_losses(model, seed, dtype, device)
-    chosen = [losses[i] for i in which]
+    before = _stale_grads(params, seed, dtype, device) if stale_grads else [None] * len(params)
+    which = tuple(which)
     case = (f"losses [{', '.join(LOSS_NAMES[i] for i in which)}] of one forward through "
             f"{_describe_model(model)}; params {param_names}; {dtype}"
             + ("; some params hold an earlier .grad" if stale_grads else ""))
-    got = _run(exercise, lambda: fn(list(chosen), list(params)), case)
+    result = _run(exercise, lambda: per_loss_run(fn, seed, which, param_names, dtype, stale_grads), case)
+    if not (isinstance(result, tuple) and len(result) == 2):  # not what the driver returns
+        _fail(exercise, f"no readable account of the call came back: {_summary(result)}", f"  case: {case}")
+    got, after = result
     expected = reference_per_loss_grads(seed, which, param_names, dtype, device)
-    if not isinstance(got, (list, tuple)) or len(got) != len(chosen):
-        _fail(exercise, f"should return one tuple per loss ({len(chosen)}), got {_summary(got)}",
+    if not isinstance(got, (list, tuple)) or len(got) != len(which):
+        _fail(exercise, f"should return one tuple per loss ({len(which)}), got {_summary(got)}",
               f"  case: {case}")
     for k, (i, g) in enumerate(zip(which, got)):
         if not isinstance(g, (list, tuple)) or len(g) != len(params):
@@ -586,12 +715,13 @@ def check_per_loss_grads(exercise, fn, *, seed, which=(0, 1, 2), param_names=Non
             _close(exercise, g, expected[k], case=case, names=[f"d({LOSS_NAMES[i]})/d {n}" for n in param_names])
         except GradingError as err:
             raise GradingError(str(err) + _per_loss_hint(got, expected, k, which)) from None
-    for name, p, old in zip(param_names, params, before):
-        if old is None and p.grad is not None:
+    for name, grad, old in zip(param_names, after, before):
+        if old is None and grad is not None:
             _fail(exercise, f"{name}.grad was None before the call and holds a tensor after it",
                   f"  case: {case}\n  per_loss_grads must leave .grad as it found it: use torch.autograd.grad, "
                   "or save each .grad before and put it back after")
-        if old is not None and (p.grad is None or not torch.equal(p.grad, old)):
+        if old is not None and (not isinstance(grad, torch.Tensor) or grad.shape != old.shape
+                                or grad.dtype != old.dtype or not torch.equal(grad, old)):
             _fail(exercise, f"{name}.grad changed during the call",
                   f"  case: {case}\n  per_loss_grads must leave .grad as it found it (an earlier gradient "
                   "may be waiting there for the optimizer): use torch.autograd.grad, or save and restore .grad")
@@ -629,9 +759,11 @@ def check_accumulated_grads(exercise, fn, *, n, k, seed, dtype=torch.float64, ta
     expected = torch.autograd.grad(full_loss, ref_params)
     case = (f"{n} samples in micro_batches={k} chunks, {task} loss (mean over the batch), {dtype}"
             + (f", {list(frozen)} frozen" if frozen else "") + "; every .grad held an earlier gradient")
-    ledger = SavedTensorLedger()
-    with ledger if memory else contextlib.nullcontext():
-        got = _run(exercise, fn, case, model, loss_fn, x, y, k, names=["model", "loss_fn", "x", "y", "micro_batches"])
+    result = _run(exercise, lambda *args: accumulate_run(fn, stale, memory, *args), case, model, loss_fn, x, y, k,
+                  names=["model", "loss_fn", "x", "y", "micro_batches"])
+    if not isinstance(result, Call):  # not what the driver returns: the answer did not come back as data
+        _fail(exercise, f"no readable account of the call came back: {_summary(result)}", f"  case: {case}")
+    got = result.returned
     if not isinstance(got, (list, tuple)) or len(got) != len(params):
         _fail(exercise, f"should return one gradient per trainable parameter ({len(params)}: {names}), "
                         f"got {_summary(got)}", f"  case: {case}")
@@ -639,20 +771,47 @@ def check_accumulated_grads(exercise, fn, *, n, k, seed, dtype=torch.float64, ta
         _close(exercise, got, expected, case=case, names=[f"gradient of {n_}" for n_ in names])
     except GradingError as err:
         raise GradingError(str(err) + _accumulation_hint(got, reference, loss_fn, x, y, k, stale)) from None
-    for name, p, g in zip(names, params, expected):
-        if p.grad is None:
+    for name in names:
+        if result.grads.get(name) is None:
             _fail(exercise, f"{name}.grad is None after the call: leave the accumulated gradient in .grad, "
                             "where optimizer.step() reads it", f"  case: {case}")
-    _close(exercise, [p.grad for p in params], expected, case=case, names=[f"{n_}.grad after the call" for n_ in names])
-    for name, p in model.named_parameters():
-        if name in frozen and p.grad is not None:
+    _close(exercise, [result.grads[n_] for n_ in names], expected, case=case,
+           names=[f"{n_}.grad after the call" for n_ in names])
+    for name in frozen:
+        if result.grads.get(name) is not None:
             _fail(exercise, f"the frozen {name} has a .grad after the call", f"  case: {case}")
-    if memory and ledger.peak_bytes > MEMORY_SHARE * full.peak_bytes:
+    if memory and result.peak_saved_bytes > MEMORY_SHARE * full.peak_bytes:
         _fail(exercise, "the graphs of several chunks were alive at the same time",
-              f"  case: {case}\n  saved tensors held at once: {ledger.peak_bytes / 1024:.1f} KiB, against "
+              f"  case: {case}\n  saved tensors held at once: {result.peak_saved_bytes / 1024:.1f} KiB, against "
               f"{full.peak_bytes / 1024:.1f} KiB for one forward of the whole batch\n"
               "  hint: call backward() on each chunk's (weighted) loss before running the next chunk; "
               "adding the losses up and calling backward() once keeps every chunk's graph alive")
+
+
+@dataclasses.dataclass
+class Call:
+    """What a learner's call returned, and what its driver saw beside it: the .grad of every parameter
+    of the model after the call ({name: tensor or None}) and the most bytes of saved tensors held at
+    once during the call (measured only when asked: 0 otherwise)."""
+    returned: object
+    grads: dict
+    peak_saved_bytes: int = 0
+
+
+def _grads_of(model):
+    return {name: p.grad for name, p in model.named_parameters()}
+
+
+@_GRAD_ON
+def accumulate_run(fn, stale, memory, model, loss_fn, x, y, micro_batches):
+    """Driver: fn(model, loss_fn, x, y, micro_batches) after putting `stale` (one per parameter that
+    requires grad) into .grad, under a SavedTensorLedger when `memory`; a `Call`."""
+    for p, g in zip([p for p in model.parameters() if p.requires_grad], stale):
+        p.grad = g.clone()
+    ledger = SavedTensorLedger()
+    with ledger if memory else contextlib.nullcontext():
+        got = fn(model, loss_fn, x, y, micro_batches)
+    return Call(got, _grads_of(model), ledger.peak_bytes)
 
 
 def _chunk_grads(model, loss_fn, x, y, k):
@@ -754,7 +913,7 @@ def _step_slip(model, opt, loss_fn, x, y, max_norm, slip):
 
 def _train_step_hint(snapshot, model, loss_fn, x, y, max_norm):
     got = [p.detach() for p in model.parameters()]
-    for text, slip in _STEP_SLIPS.items():
+    for text, slip in _STEP_SLIPS.items() if snapshot is not None else ():
         try:
             m, o = _snapshot(*snapshot)
             _step_slip(m, o, loss_fn, x, y, max_norm, slip)
@@ -785,10 +944,14 @@ def check_train_step(exercise, fn, *, seed, optimizer="sgd", steps=3, max_norm=N
                 + (f"max_norm={max_norm:g}" if max_norm is not None else "max_norm left at its default")
                 + ("; before step 1 every .grad held a leftover gradient" if stale_grads else ""))
         expected = reference_train_step(ref_model, ref_opt, loss_fn, x, y, norm)
-        snapshot = _snapshot(model, opt)
+        try:
+            snapshot = _snapshot(model, opt)  # for the hint, should this step go wrong
+        except Exception:  # something the answer hung on the model (a loss with its graph) cannot be copied
+            snapshot = None
         args = (model, opt, loss_fn, x, y) + ((max_norm,) if max_norm is not None else ())
-        got = _run(exercise, fn, case, *args,
-                           names=["model", "optimizer", "loss_fn", "x", "y", "max_norm"][:len(args)])
+        grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+        got = _run(exercise, lambda *a: call_with_grads(fn, grads, *a), case, *args,
+                   names=["model", "optimizer", "loss_fn", "x", "y", "max_norm"][:len(args)])
         _check_float(exercise, got, case)
         if not math.isclose(got, expected, rel_tol=1e-9 if dtype == torch.float64 else 1e-5, abs_tol=1e-12):
             _fail(exercise, f"returned {got!r}, expected the loss of this step's forward pass, {expected!r}",
@@ -800,6 +963,16 @@ def check_train_step(exercise, fn, *, seed, optimizer="sgd", steps=3, max_norm=N
             raise GradingError(str(err) + _train_step_hint(snapshot, model, loss_fn, x, y, norm)) from None
 
 
+@_GRAD_ON
+def call_with_grads(fn, grads, model, *args):
+    """Driver: fn(model, *args) with `grads` in the .grad of model.parameters() first (a .grad does not
+    travel with a model sent to the learner's kernel); what fn returned. The model, its optimizer and
+    their state come back to the grader's copies by themselves."""
+    for p, g in zip(model.parameters(), grads):
+        p.grad = None if g is None else g.clone()
+    return fn(model, *args)
+
+
 def _check_float(exercise, got, case):
     if isinstance(got, torch.Tensor):
         _fail(exercise, f"returned a tensor ({checks.describe(got)}), not a Python float",
@@ -809,12 +982,28 @@ def _check_float(exercise, got, case):
         _fail(exercise, f"should return a Python float, got {type(got).__name__}: {got!r}", f"  case: {case}")
 
 
-def check_train_step_keeps_no_graph(exercise, fn, *, seed, steps=100, dtype=torch.float64):
-    """`steps` calls in a row: no tensor saved for backward is still held after a call returns
-    (SavedTensorLedger), and once all calls are done no loss tensor made by loss_fn is alive
-    (weak references)."""
-    device = get_device()
-    model, opt, loss_fn, batch = training_setup(seed, dtype, device)
+@dataclasses.dataclass
+class GraphWatch:
+    """What a run of training steps left alive, observed beside them.
+
+    `returned`: what each call returned (the run stops after the first that is not a float);
+    `live_bytes`: bytes of saved tensors still held after each call (after a gc.collect() where any
+    were; the run stops after the first call that leaves some); `loss_calls`/`losses_alive`: how many
+    loss tensors loss_fn made, and how many were still alive once the run was over (after gc.collect());
+    `outputs`/`outputs_alive`: the same for the model outputs loss_fn was given."""
+    returned: list
+    live_bytes: list
+    loss_calls: int
+    losses_alive: int
+    outputs: int
+    outputs_alive: int
+
+
+@_GRAD_ON
+def no_graph_run(fn, seed, steps, dtype):
+    """Driver: `steps` calls of fn on a seeded training setup, a SavedTensorLedger around them and weak
+    references to every loss and model output that loss_fn sees; a `GraphWatch`."""
+    model, opt, loss_fn, batch = training_setup(seed, dtype, get_device())
     made, predictions = [], []
 
     def watched_loss_fn(prediction, target):
@@ -826,38 +1015,73 @@ def check_train_step_keeps_no_graph(exercise, fn, *, seed, steps=100, dtype=torc
         return loss
 
     watched_loss_fn.__qualname__ = "loss_fn"
-    live = []
-    case = f"{steps} calls in a row on {_describe_model(model)}, SGD, MSE loss"
+    returned, live, got = [], [], None
     with SavedTensorLedger() as ledger:
         for k in range(steps):
             x, y = batch(k)
-            got = _run(exercise, fn, case, model, opt, watched_loss_fn, x, y,
-                               names=["model", "optimizer", "loss_fn", "x", "y"])
-            _check_float(exercise, got, case)
-            live.append(ledger.live_bytes)
+            got = fn(model, opt, watched_loss_fn, x, y)
+            if not isinstance(got, float):
+                returned.append(got)
+                break
+            returned.append(float(got))  # a float subclass (numpy's) as the float it is
             if ledger.live_bytes:
                 gc.collect()  # a cycle is not a leak: let the collector have its say first
-                live[-1] = ledger.live_bytes
-                if ledger.live_bytes:
-                    shown = ", ".join(f"{b / 1024:.1f}" for b in live[-5:])
-                    _fail(exercise, f"after call {k + 1}, tensors saved for backward are still held "
-                                    f"({ledger.live_bytes / 1024:.1f} KiB)",
-                          f"  case: {case}\n  KiB still held after the last calls: {shown}\n"
-                          "  something keeps a graph alive that backward() should have freed "
-                          "(retain_graph=True, a stored loss or output)")
-    if not made:
-        _fail(exercise, "never called loss_fn", f"  case: {case}")
+            live.append(ledger.live_bytes)
+            if live[-1]:
+                break
+    del got
     gc.collect()
-    for kind, refs in (("loss tensors", made), ("model outputs", predictions)):
-        alive = sum(ref() is not None for ref in refs)
+    return GraphWatch(returned, live, len(made), sum(ref() is not None for ref in made),
+                      len(predictions), sum(ref() is not None for ref in predictions))
+
+
+def check_train_step_keeps_no_graph(exercise, fn, *, seed, steps=100, dtype=torch.float64):
+    """`steps` calls in a row: no tensor saved for backward is still held after a call returns
+    (SavedTensorLedger), and once all calls are done no loss tensor made by loss_fn is alive
+    (weak references)."""
+    model, _, _, _ = training_setup(seed, dtype, get_device())
+    case = f"{steps} calls in a row on {_describe_model(model)}, SGD, MSE loss"
+    watch = _run(exercise, lambda: no_graph_run(fn, seed, steps, dtype), case, time_limit=20.0 + steps)
+    if not isinstance(watch, GraphWatch):  # not what the driver returns: the answer did not come back as data
+        _fail(exercise, f"no readable account of the calls came back: {_summary(watch)}", f"  case: {case}")
+    for k, got in enumerate(watch.returned):
+        _check_float(exercise, got, case)
+        held = watch.live_bytes[k] if k < len(watch.live_bytes) else 0
+        if held:
+            shown = ", ".join(f"{b / 1024:.1f}" for b in watch.live_bytes[max(0, k - 4):k + 1])
+            _fail(exercise, f"after call {k + 1}, tensors saved for backward are still held "
+                            f"({held / 1024:.1f} KiB)",
+                  f"  case: {case}\n  KiB still held after the last calls: {shown}\n"
+                  "  something keeps a graph alive that backward() should have freed "
+                  "(retain_graph=True, a stored loss or output)")
+    if len(watch.returned) < steps:  # the run stopped early, and nothing above says why
+        _fail(exercise, f"only {len(watch.returned)} of the {steps} calls were made", f"  case: {case}")
+    if not watch.loss_calls:
+        _fail(exercise, "never called loss_fn", f"  case: {case}")
+    for kind, alive, made in (("loss tensors", watch.losses_alive, watch.loss_calls),
+                              ("model outputs", watch.outputs_alive, watch.outputs)):
         if alive > (1 if kind == "model outputs" else 0):  # one output, overwritten at every step, may stay
-            _fail(exercise, f"{alive} of the {len(refs)} {kind} made during the calls are still alive after "
+            _fail(exercise, f"{alive} of the {made} {kind} made during the calls are still alive after "
                             "they returned", f"  case: {case}\n  something keeps them (a list, a default "
                                              "argument, an attribute), and with each one what is left of its graph: "
                                              "keep loss.item(), and store outputs only as .detach() copies")
 
 
 # --- predict -------------------------------------------------------------------------------------
+def predict_run(fn, model, x):
+    """Driver: fn(model, x) with gradient tracking switched on, and whether it was still on after the
+    call; then the mode is put back as it was before (whatever the notebook's own cells left it at),
+    so that what runs next in the same process is not changed by the check."""
+    previous = torch.is_grad_enabled()
+    torch.set_grad_enabled(True)
+    try:
+        got = fn(model, x)
+    finally:
+        grad_is_on = torch.is_grad_enabled()
+        torch.set_grad_enabled(previous)
+    return got, grad_is_on
+
+
 def check_predict(exercise, fn, *, seed, model_kind="mlp", dtype=torch.float64, n=5):
     """fn(model, x) returns the model's output, every tensor of it an inference tensor, and leaves
     gradient tracking switched on."""
@@ -867,10 +1091,11 @@ def check_predict(exercise, fn, *, seed, model_kind="mlp", dtype=torch.float64, 
     with torch.no_grad():
         expected = model(x)
     case = f"{_describe_model(model)}, x of shape ({n}, 4), {dtype}"
-    grad_was_on = torch.is_grad_enabled()
-    got = _run(exercise, fn, case, model, x, names=["model", "x"])
-    if torch.is_grad_enabled() != grad_was_on:
-        torch.set_grad_enabled(grad_was_on)
+    result = _run(exercise, lambda *args: predict_run(fn, *args), case, model, x, names=["model", "x"])
+    if not (isinstance(result, tuple) and len(result) == 2):  # not what the driver returns
+        _fail(exercise, f"no readable account of the call came back: {_summary(result)}", f"  case: {case}")
+    got, grad_is_on = result
+    if grad_is_on is not True:
         _fail(exercise, "left gradient tracking switched off after it returned",
               f"  case: {case}\n  everything that ran afterwards would build no graph, training included: "
               "use `with torch.inference_mode():`, which restores the previous mode on the way out")

@@ -12,10 +12,11 @@ test cells touch student code only through `call_student`.
 """
 import ast
 import contextlib
-import os
-import pathlib
+import dataclasses
+import functools
+import importlib
+import numbers
 import pickle
-import tempfile
 import types
 
 import cloudpickle
@@ -66,30 +67,53 @@ def student_names(solution_sources) -> list:
 
 
 # --- what crosses the boundary ---------------------------------------------------------------
-def _param_names(args):
-    """{id(parameter): (argument index, name)} for the modules among the arguments."""
+def _param_names(holders):
+    """{id(parameter): (holder index, name)} for the modules among the state holders."""
     found = {}
-    for i, arg in enumerate(args):
-        if isinstance(arg, torch.nn.Module):
-            for name, p in arg.named_parameters():
+    for i, holder in enumerate(holders):
+        if isinstance(holder, torch.nn.Module):
+            for name, p in holder.named_parameters():
                 found[id(p)] = (i, name)
     return found
 
 
 def encode(value, params):
-    """Data only: tensors (with the flags checks look at), numbers, strings, containers."""
+    """Data only: tensors (with the flags checks look at), numbers, strings, containers, dtypes,
+    devices, exceptions (their type and message) and the autograder's own dataclasses."""
     if isinstance(value, torch.Tensor):
         if id(value) in params:
             return {"__parameter__": list(params[id(value)])}
         return {"__tensor__": value.detach(), "requires_grad": value.requires_grad,
                 "is_inference": value.is_inference()}
+    if isinstance(value, (torch.dtype, torch.device)):
+        return {"__torch__": type(value).__name__, "text": str(value)}
+    if isinstance(value, BaseException):
+        return {"__exception__": type(value).__qualname__, "message": str(value)}
+    if dataclasses.is_dataclass(value) and type(value).__module__.startswith("autograder."):
+        return {"__dataclass__": [type(value).__module__, type(value).__qualname__],
+                "fields": {f.name: encode(getattr(value, f.name), params) for f in dataclasses.fields(value)}}
+    if isinstance(value, torch.Size):
+        return {"__sequence__": "Size", "items": list(value)}
     if isinstance(value, (tuple, list)):
         return {"__sequence__": type(value).__name__, "items": [encode(v, params) for v in value]}
     if isinstance(value, dict):
         return {"__dict__": [[encode(k, params), encode(v, params)] for k, v in value.items()]}
-    if value is None or isinstance(value, (bool, int, float, complex, str)):
+    if value is None or isinstance(value, (bool, str)):
         return value
+    for kind in (numbers.Integral, numbers.Real, numbers.Complex):  # numpy scalars become plain numbers
+        if isinstance(value, kind):
+            return {numbers.Integral: int, numbers.Real: float, numbers.Complex: complex}[kind](value)
     return {"__object__": type(value).__qualname__, "repr": checks.describe(value)}
+
+
+class Raised:
+    """An exception the student's code raised (or returned): its type name and message."""
+
+    def __init__(self, type_name, message):
+        self.type_name, self.message = type_name, message
+
+    def __repr__(self):
+        return f"{self.type_name}({self.message!r})"
 
 
 class Opaque:
@@ -102,11 +126,11 @@ class Opaque:
         return f"<{self.type_name}: {self.text}>"
 
 
-def decode(value, args):
+def decode(value, holders):
     if isinstance(value, dict):
         if "__parameter__" in value:
             index, name = value["__parameter__"]
-            return dict(args[index].named_parameters())[name]
+            return dict(holders[index].named_parameters())[name]
         if "__tensor__" in value:
             t = value["__tensor__"]
             if value["is_inference"]:
@@ -114,10 +138,22 @@ def decode(value, args):
                     t = t.clone()
             return t.requires_grad_(value["requires_grad"]) if t.is_floating_point() or t.is_complex() else t
         if "__sequence__" in value:
-            items = [decode(v, args) for v in value["items"]]
-            return tuple(items) if value["__sequence__"] == "tuple" else items
+            items = [decode(v, holders) for v in value["items"]]
+            kind = value["__sequence__"]
+            return torch.Size(items) if kind == "Size" else tuple(items) if kind == "tuple" else items
+        if "__torch__" in value:
+            text = value["text"]
+            return torch.device(text) if value["__torch__"] == "device" else getattr(torch, text.removeprefix("torch."))
+        if "__exception__" in value:
+            return Raised(value["__exception__"], value["message"])
+        if "__dataclass__" in value:
+            module, name = value["__dataclass__"]
+            cls = getattr(importlib.import_module(module), name, None) if module.startswith("autograder.") else None
+            if not dataclasses.is_dataclass(cls):  # only the autograder's own records are rebuilt
+                return Opaque(name, "not a grading record")
+            return cls(**{k: decode(v, holders) for k, v in value["fields"].items()})
         if "__dict__" in value:
-            return {decode(k, args): decode(v, args) for k, v in value["__dict__"]}
+            return {decode(k, holders): decode(v, holders) for k, v in value["__dict__"]}
         if "__object__" in value:
             return Opaque(value["__object__"], value["repr"])
     return value
@@ -130,31 +166,85 @@ def module_state(module):
             for name, p in module.named_parameters()}
 
 
-def state_after(arg):
-    if isinstance(arg, torch.nn.Module):
-        return {"module": module_state(arg)}
-    if isinstance(arg, torch.optim.Optimizer):
-        return {"optimizer": arg.state_dict()}
+def state_after(holder):
+    """What a student call may have changed in something the grader will look at afterwards."""
+    if isinstance(holder, torch.nn.Module):
+        return {"module": module_state(holder)}
+    if isinstance(holder, torch.optim.Optimizer):
+        return {"optimizer": holder.state_dict()}
+    if isinstance(holder, torch.Tensor) and holder.is_leaf:
+        return {"tensor": holder.detach(), "requires_grad": holder.requires_grad,
+                "grad": None if holder.grad is None else holder.grad.detach()}
     return None
 
 
-def apply_state(arg, state):
-    """Make the grader's copy of an argument look as the student's call left it."""
+def apply_state(holder, state):
+    """Make the grader's copy of a state holder look as the student's call left it."""
     if state is None:
         return
     if "module" in state:
-        params = dict(arg.named_parameters())
+        params = dict(holder.named_parameters())
         with torch.no_grad():
             for name, s in state["module"].items():
+                if (s["data"].dtype, s["data"].shape) != (params[name].dtype, params[name].shape):
+                    raise GradingError(f"changed the caller's parameter {name!r} from {params[name].dtype} "
+                                       f"{tuple(params[name].shape)} to {s['data'].dtype} {tuple(s['data'].shape)}")
                 params[name].copy_(s["data"])
                 params[name].requires_grad_(s["requires_grad"])
                 params[name].grad = s["grad"]
     elif "optimizer" in state:
-        arg.load_state_dict(state["optimizer"])
+        holder.load_state_dict(state["optimizer"])
+    elif "tensor" in state:
+        with torch.no_grad():
+            holder.copy_(state["tensor"])
+        if holder.is_floating_point() or holder.is_complex():
+            holder.requires_grad_(state["requires_grad"])
+        holder.grad = state["grad"]
+
+
+def _holds_state(value):
+    """Modules, optimizers and leaves that require grad: what a student call may rightly change.
+    Other tensors are inputs; they are not taken back, so a kernel cannot rewrite them."""
+    return isinstance(value, (torch.nn.Module, torch.optim.Optimizer)) or (
+        isinstance(value, torch.Tensor) and value.is_leaf and value.requires_grad)
+
+
+def state_holders(fn, args) -> list:
+    """Modules, optimizers and leaves that require grad which a call can reach through its
+    arguments or the closures of the functions it ships: their state comes back after the call."""
+    found, seen = [], set()
+
+    def visit(value):
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if _holds_state(value):
+            found.append(value)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                visit(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+        elif isinstance(value, functools.partial):
+            visit(value.func), visit(value.args), visit(value.keywords)
+        elif isinstance(value, types.FunctionType):
+            for cell in value.__closure__ or ():
+                visit(_get(cell, None))
+            if value.__module__ in (None, "__main__"):  # a test-cell function: shipped with its globals
+                for container, key in _references(value):
+                    visit(_get(container, key))
+
+    for value in (fn, *args):
+        visit(value)
+    return found
 
 
 # --- the kernel's side -------------------------------------------------------------------------
 def _resolve(value, namespace):
+    if isinstance(value, functools.partial):
+        return functools.partial(_resolve(value.func, namespace), *[_resolve(a, namespace) for a in value.args],
+                                 **{k: _resolve(v, namespace) for k, v in value.keywords.items()})
     if isinstance(value, StudentName):
         if value.name not in namespace:
             raise GradingError(f"{value.name} is not defined in your notebook: did you rename it, "
@@ -164,9 +254,18 @@ def _resolve(value, namespace):
     return value
 
 
+def _global_names(code) -> set:
+    """Global names a function's code uses, including those of functions defined inside it."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
 def _references(fn):
     """(container, key) pairs of a test-cell function: its globals and closure cells."""
-    pairs = [(fn.__globals__, k) for k in fn.__code__.co_names if k in fn.__globals__]
+    pairs = [(fn.__globals__, k) for k in sorted(_global_names(fn.__code__)) if k in fn.__globals__]
     return pairs + [(cell, None) for cell in fn.__closure__ or ()]
 
 
@@ -195,6 +294,9 @@ def _rebind(fn, namespace, seen):
 
 
 def _mentions_student(fn, seen) -> bool:
+    if isinstance(fn, functools.partial):
+        parts = [fn.func, *fn.args, *fn.keywords.values()]
+        return any(isinstance(v, StudentName) or _mentions_student(v, seen) for v in parts)
     if not isinstance(fn, types.FunctionType) or id(fn) in seen:
         return False
     seen.add(id(fn))
@@ -202,27 +304,36 @@ def _mentions_student(fn, seen) -> bool:
     return any(isinstance(v, StudentName) or _mentions_student(v, seen) for v in values)
 
 
-def serve(request_path, response_path):
-    """Run in the kernel: one student call, its answer written as data for the grader."""
-    from IPython import get_ipython
+def respond(request_path, response_path, namespace):
+    """One student call, resolved in `namespace`, its answer written as data for the grader."""
     with open(request_path, "rb") as f:
-        exercise, fn, args, options = pickle.load(f)
+        exercise, fn, args, options, holders, before = pickle.load(f)
+    for holder, state in zip(holders, before):  # pickling drops .grad: put it back
+        apply_state(holder, state)
     try:
-        namespace = get_ipython().user_ns
         fn, args = _resolve(fn, namespace), [_resolve(a, namespace) for a in args]
         result = checks.call_student(exercise, fn, *args, **options)
-        payload = {"result": encode(result, _param_names(args)), "after": [state_after(a) for a in args]}
+        payload = {"result": encode(result, _param_names(holders)), "after": [state_after(h) for h in holders]}
     except GradingError as err:
         payload = {"failure": str(err)}
     torch.save(payload, response_path)
 
 
+def serve(request_path, response_path):
+    """Run in the kernel: answer one call with the student's own definitions."""
+    from IPython import get_ipython
+    respond(request_path, response_path, get_ipython().user_ns)
+
+
 # --- the grader's side ------------------------------------------------------------------------
 class Remote:
-    """Sends student calls to the kernel through an nbclient client, one code cell per call."""
+    """Sends student calls to the kernel through an nbclient client, one code cell per call.
 
-    def __init__(self, client, nb, index, folder):
-        self.client, self.nb, self.index, self.folder = client, nb, index, pathlib.Path(folder)
+    Requests and answers pass through `exchange` (an `isolation.Exchange`), a folder the grader owns.
+    """
+
+    def __init__(self, client, nb, index, exchange):
+        self.client, self.nb, self.index, self.exchange = client, nb, index, exchange
         self.calls = 0
 
     def accepts(self, fn, args):
@@ -235,19 +346,25 @@ class Remote:
         finally:
             self.nb.cells[self.index] = original
 
-    def call(self, exercise, fn, args, options):
+    def ask(self, request, response):
+        """Have the kernel answer the request file into the response file."""
         from nbclient.exceptions import CellTimeoutError, DeadKernelError
-        self.calls += 1
-        request = self.folder / f"call-{self.calls}.in"
-        response = self.folder / f"call-{self.calls}.out"
-        with open(request, "wb") as f:
-            cloudpickle.dump((exercise, fn, list(args), options), f)
         try:
             self._run(f"__import__('autograder.trusted', fromlist=['serve']).serve({str(request)!r}, {str(response)!r})")
         except (DeadKernelError, CellTimeoutError) as err:
             raise KernelDied(timed_out=isinstance(err, CellTimeoutError)) from err
+
+    def call(self, exercise, fn, args, options):
+        self.calls += 1
+        holders = state_holders(fn, args)
+        before = [state_after(h) for h in holders]
+        request = self.exchange.new_file(".in", cloudpickle.dumps((exercise, fn, list(args), options, holders, before)))
+        response = self.exchange.new_file(".out", for_kernel=True)
         try:
+            self.ask(request, response)
             payload = torch.load(response, weights_only=True)
+        except (KernelDied, GradingError):
+            raise
         except Exception as err:  # missing, or not plain data: the kernel did not answer honestly
             raise GradingError(f"{exercise}: no readable answer came back from your notebook ({type(err).__name__})")
         finally:
@@ -256,9 +373,12 @@ class Remote:
                     path.unlink()
         if "failure" in payload:
             raise GradingError(payload["failure"])
-        for arg, state in zip(args, payload["after"]):
-            apply_state(arg, state)
-        return decode(payload["result"], args)
+        try:
+            for holder, state in zip(holders, payload["after"]):
+                apply_state(holder, state)
+        except GradingError as err:
+            raise GradingError(f"{exercise}: {err}") from None
+        return decode(payload["result"], holders)
 
 
 def involves_student(fn, args) -> bool:
@@ -277,8 +397,3 @@ def run_grade_cell(source, names, remote):
         except Exception as err:  # the test cell failed: that is the verdict we record
             return err
     return None
-
-
-def exchange_folder(workdir):
-    """Where requests and answers pass: inside the kernel's working folder, private to this run."""
-    return tempfile.mkdtemp(prefix=".calls-", dir=workdir or os.getcwd())

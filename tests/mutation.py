@@ -6,8 +6,12 @@ the implementation under test, exactly as it runs after the student's cells in n
 """
 import contextlib
 import io
+import threading
+
+import torch
 
 import course
+from autograder import checks, isolation, trusted
 
 
 def grade_cell_sources(notebook: str) -> dict:
@@ -35,11 +39,53 @@ def solution_namespace(notebook: str) -> dict:
     return namespace
 
 
-def run_grade_cells(notebook: str, name: str, implementation) -> dict:
+class Loopback(trusted.Remote):
+    """Trusted grading without a kernel: calls cross the same data-only boundary, in-process.
+
+    Each call is answered in a thread of its own, so grad mode, inference mode and saved-tensor
+    hooks are the kernel's (thread-local) defaults, not the grader's, and with a random
+    generator of its own, as in a real kernel.
+    """
+
+    def __init__(self, namespace, exchange):
+        self.namespace, self.exchange, self.calls = namespace, exchange, 0
+
+    def _answer(self, request, response, failures):
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.calls + 12345)
+                trusted.respond(request, response, self.namespace)
+        except BaseException as err:  # re-raised in the grader's thread
+            failures.append(err)
+
+    def ask(self, request, response):
+        failures = []
+        with checks.routed(None):  # the "kernel" calls the student directly
+            worker = threading.Thread(target=self._answer, args=(request, response, failures))
+            worker.start()
+            worker.join()
+        if failures:
+            raise failures[0]
+
+
+def _run_cell(source, grade_id, namespace, trusted_mode):
+    if not trusted_mode:
+        exec(compile(source, f"<grade cell {grade_id}>", "exec"), namespace)
+        return None
+    names = [n for n in namespace if not n.startswith("__")]
+    exchange = isolation.Exchange()
+    try:
+        return trusted.run_grade_cell(source, names, Loopback(namespace, exchange))
+    finally:
+        exchange.remove()
+
+
+def run_grade_cells(notebook: str, name: str, implementation, trusted_mode=False) -> dict:
     """{grade_id: the exception it raised, or None} for every grade cell that tests `name`.
 
     `implementation` is the object bound to `name`, or a dict of names when a grade cell needs
-    several (e.g. an MLP built on the learner's own Value class).
+    several (e.g. an MLP built on the learner's own Value class). With `trusted_mode`, the cells
+    run as in trusted grading: the implementation is reached only through data-only calls.
     """
     results = {}
     for grade_id, source in grade_cell_sources(notebook).items():
@@ -50,7 +96,9 @@ def run_grade_cells(notebook: str, name: str, implementation) -> dict:
         stderr = io.StringIO()
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
-                exec(compile(source, f"<grade cell {grade_id}>", "exec"), namespace)
+                error = _run_cell(source, grade_id, namespace, trusted_mode)
+            if error is not None:
+                raise error
             results[grade_id] = AssertionError(f"wrote to stderr: {stderr.getvalue()}") if stderr.getvalue() else None
         except Exception as err:  # the grade cell failed: that is the result we record
             results[grade_id] = err

@@ -1,13 +1,15 @@
 """autograder.checkpoint_checks: the independent counts agree with the hooks, PyTorch's own
 checkpointing passes every check, and the failures say what is wrong."""
 import math
+from unittest import mock
 
 import pytest
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint as torch_checkpoint
 
-from autograder import checkpoint_checks as cc
+import mutation
+from autograder import checkpoint_checks as cc, trusted
 from autograder.checks import GradingError
 from autograder.device import available_devices
 from autograder.memory import SavedTensorLedger
@@ -200,3 +202,87 @@ def test_test_blocks_are_seeded_and_count_calls(device):
     a(x), a(x)
     assert a.calls == 2
     assert isinstance(cc.TestBlock(4, seed=1, kind="tuple", device=device)(x), tuple)
+
+
+# --- trusted grading: the learner's code runs in a driver, the comparisons here ----------------------------
+def run_trusted(source, implementation, kernel=mutation.Loopback):
+    """Run a test cell as trusted grading does: the learner's name `g` is a stand-in, reached only
+    through `kernel` (mutation's in-process kernel: data-only answers, and a random generator of its
+    own, seeded otherwise than the grader's); return the cell's error (None if it passed) and every
+    answer that came back."""
+    answers = []
+
+    class Recording(kernel):
+        def call(self, exercise, fn, args, options):
+            answers.append(super().call(exercise, fn, args, options))
+            return answers[-1]
+
+    with mock.patch.object(mutation, "Loopback", Recording):
+        err = mutation._run_cell(source, "test", {"__name__": "__main__", "g": implementation}, True)
+    return err, answers
+
+
+def flatten(answer):
+    if isinstance(answer, (tuple, list)):
+        return [leaf for item in answer for leaf in flatten(item)]
+    return [answer]
+
+
+CHECKPOINT_CELL = """
+from autograder import checkpoint_checks as cc
+# dropout in the block: both runs are seeded where they happen (the grader's generator is not the kernel's)
+cc.check_checkpoint_gradients("g", g, "single", width=6, batch=5, seed=5, p=0.5, device="cpu", forbid=())
+cc.check_checkpoint_gradients("g", g, "tuple", width=4, batch=3, seed=6, p=0.5, device="cpu", forbid=())
+cc.check_checkpoint_recompute("g", g, width=6, batch=4, seed=3, device="cpu", forbid=())
+cc.check_checkpoint_memory("g", g, width=8, batch=16, seed=2, device="cpu", forbid=())
+"""
+
+
+def no_replay(fn, *args):
+    return torch_checkpoint.checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=False)
+
+
+@pytest.mark.parametrize("implementation, words", [
+    (torch_reentrant, None),
+    (torch_non_reentrant, None),
+    (no_replay, "random state"),
+    (lambda fn, *a: fn(*a), "ran once in forward and backward together"),
+], ids=["reentrant", "non-reentrant", "no replay", "plain"])
+def test_trusted_checkpoint_checks_seed_both_runs_where_they_happen(implementation, words):
+    err, answers = run_trusted(CHECKPOINT_CELL, implementation)
+    if words is None:
+        assert err is None
+        assert not [a for a in flatten(answers) if isinstance(a, (trusted.Opaque, trusted.Raised))]
+    else:
+        assert isinstance(err, GradingError) and words in str(err), err
+
+
+SEQUENTIAL_CELL = """
+from autograder import checkpoint_checks as cc
+cc.check_sequential_memory("g", g, 8, 4, seed=12, device="cpu", forbid=())
+cc.check_sequential_gradients("g", g, 7, 3, seed=13, p=0.5, device="cpu", forbid=())
+cc.check_sequential_gradients("g", g, 6, 2, seed=14, device="cpu", as_sequential=True, forbid=())
+"""
+
+
+def reentrant_sequential(blocks, segments, x):
+    return torch_checkpoint.checkpoint_sequential(blocks, segments, x, use_reentrant=True)
+
+
+def all_checkpointed(blocks, segments, x):
+    size = len(blocks) // segments
+    for s in range(segments):
+        part = blocks[s * size:] if s == segments - 1 else blocks[s * size:(s + 1) * size]
+        x = torch_checkpoint.checkpoint(lambda t, part=part: torch.nn.Sequential(*part)(t), x, use_reentrant=True)
+    return x
+
+
+def test_trusted_sequential_checks_get_the_saved_bytes_as_numbers():
+    err, answers = run_trusted(SEQUENTIAL_CELL, reentrant_sequential)
+    assert err is None
+    leaves = flatten(answers)
+    assert not [a for a in leaves if isinstance(a, (trusted.Opaque, trusted.Raised))]
+    counts = [a for a in leaves if isinstance(a, cc.SavedCounts)]
+    assert counts and all(isinstance(c.peak_bytes, int) and c.peak_bytes > 0 for c in counts)
+    err, _ = run_trusted(SEQUENTIAL_CELL, all_checkpointed)
+    assert isinstance(err, GradingError) and "Yours: blocks 0-7 ran 2x" in str(err), err

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 import course
-from autograder import classgrade, report
+from autograder import classgrade, isolation, report
 from autograder.sandbox import Limits
 from test_nbgrader_e2e import submission
 
@@ -52,7 +52,29 @@ ANSWERS = {  # student -> (relu_grad's cell, expected total)
                            "    print('chatter', file=sys.stderr)\n    return (x > 0).to(x.dtype)", 12),
     "renamed_function": ("def relu_gradient(x):\n    return (x > 0).to(x.dtype)", 11),
     "patches_the_checks": (CHEAT, 11),
+    "patches_builtins": ("import builtins\nbuiltins.all = lambda *a: True\nbuiltins.any = lambda *a: False\n"
+                         "builtins.abs = lambda x: 0\nbuiltins.max = lambda *a, **k: 0\n"
+                         "def relu_grad(x):\n    return x", 11),
 }
+# Submissions that reach for the grader's files; {root} is the class folder. Where kernels cannot be
+# isolated (not root, not Linux) these are not graded, and the test that needs them is skipped.
+INTRUDERS = {
+    "copies_the_solution": (
+        "import json\n"
+        "def relu_grad(x):\n"
+        "    nb = json.load(open('{root}/solutions/01_chain_rule/01_chain_rule.ipynb'))\n"
+        "    scope = {{}}\n"
+        "    exec([''.join(c['source']) for c in nb['cells'] if 'def relu_grad' in ''.join(c['source'])][0], scope)\n"
+        "    return scope['relu_grad'](x)", 11),
+    "reads_the_gradebook": ("def relu_grad(x):\n    open('{root}/gradebook.db', 'rb').read()\n"
+                            "    return (x > 0).to(x.dtype)", 11),
+    "erases_the_gradebook": ("def relu_grad(x):\n    open('{root}/gradebook.db', 'wb').close()\n"
+                             "    return (x > 0).to(x.dtype)", 11),
+    "overwrites_another_student": (
+        "def relu_grad(x):\n    open('{root}/submitted/perfect/01_chain_rule/01_chain_rule.ipynb', 'w').write('{{}}')\n"
+        "    return (x > 0).to(x.dtype)", 11),
+}
+ISOLATED = isolation.available()
 EDITS = {  # student -> (how the test cells were tampered with, relu_grad answer, expected total)
     "edited_test": ("edit", None, 11),
     "deleted_test": ("delete", None, 11),
@@ -100,6 +122,8 @@ def graded(tmp_path_factory):
     for student, (cell, _) in ANSWERS.items():
         answers = {} if student == "blank" else {**perfect, VICTIM: cell} if cell else perfect
         place(student, submission(released, answers))
+    for student, (cell, _) in INTRUDERS.items() if ISOLATED else ():
+        place(student, submission(released, {**perfect, VICTIM: cell.format(root=root)}))
     for student, (how, cell, _) in EDITS.items():
         answers = {**perfect, VICTIM: cell} if cell else {k: v for k, v in perfect.items() if k != VICTIM}
         place(student, tamper(submission(released, answers), how))
@@ -120,7 +144,8 @@ def test_every_submission_gets_its_intended_score(graded):
     root, results = graded
     with open(root / "grades.csv") as f:
         got = {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
-    expected = {s: float(v[-1]) for s, v in {**ANSWERS, **EDITS}.items()} | {"zipped_student": 12.0}
+    expected = {s: float(v[-1]) for s, v in {**ANSWERS, **EDITS, **(INTRUDERS if ISOLATED else {})}.items()}
+    expected["zipped_student"] = 12.0
     assert got == expected
     assert len(results) == len(expected)
 
@@ -141,6 +166,17 @@ def test_failures_say_why(graded):
     assert "relu_grad" in said["renamed_function"] and "not defined" in said["renamed_function"]
 
 
+@pytest.mark.skipif(not ISOLATED, reason="kernels are isolated only when grading as root on Linux")
+def test_kernels_cannot_reach_the_grader_files(graded):
+    root, _ = graded
+    messages = {(r["student"], r["exercise"]): r["message"] for r in classgrade.scores(root, [NAME])}
+    for student in INTRUDERS:
+        assert "PermissionError" in messages[(student, VICTIM)], (student, messages[(student, VICTIM)])
+    assert (root / "gradebook.db").stat().st_size > 0
+    perfect = nbformat.read(root / "submitted" / "perfect" / NAME / f"{NAME}.ipynb", as_version=4)
+    assert course.solution_cells(perfect)
+
+
 def test_zip_members_cannot_write_outside_the_class_folder(graded):
     root, _ = graded
     assert (root / "submitted" / "zipped_student" / NAME / f"{NAME}.ipynb").exists()
@@ -152,7 +188,7 @@ def test_report_has_every_student_and_exercise(graded, tmp_path):
     rows = classgrade.scores(root, [NAME])
     files = report.write_report(rows, tmp_path)
     assert all(f.exists() and f.stat().st_size > 0 for f in files)
-    assert len({r["student"] for r in rows}) == len(ANSWERS) + len(EDITS) + 1
+    assert len({r["student"] for r in rows}) == len(ANSWERS) + len(EDITS) + len(INTRUDERS) * ISOLATED + 1
     assert report.pass_rates(rows)[f"{NAME}: {VICTIM}"] < report.pass_rates(rows)[f"{NAME}: sigmoid_grad"]
 
 
@@ -166,7 +202,7 @@ def test_patched_checks_fool_the_kernel_but_not_the_grader(tmp_path):
     verdicts = {}
     for mode, trusted_names in (("kernel", None), ("trusted", names)):
         nb = submission(course.solution_path(NAME), {**perfect_answers(), VICTIM: CHEAT})
-        run_notebook(nb, Limits(cell_seconds=30), workdir=str(tmp_path), trusted_names=trusted_names)
+        run_notebook(nb, Limits(cell_seconds=30), trusted_names=trusted_names)
         cell = next(c for c in course.grade_cells(nb) if course.nbgrader_meta(c)["grade_id"] == VICTIM)
         verdicts[mode] = [o.evalue for o in cell.outputs if o.output_type == "error"]
     assert verdicts["kernel"] == []
@@ -179,3 +215,19 @@ def test_a_submission_no_worker_could_run_scores_zero_with_the_reason():
     graded = nbformat.reads(result["notebook"], as_version=4)
     errors = [o.evalue for c in course.grade_cells(graded) for o in c.outputs if o.output_type == "error"]
     assert len(errors) == len(course.grade_cells(graded)) and all("KilledWorker" in e for e in errors)
+
+
+@pytest.mark.parametrize("name", course.assignment_names())
+def test_every_reference_solution_earns_full_marks_in_trusted_mode(name):
+    """A real kernel (isolated where possible) answers; every grade cell, hidden tests included,
+    passes in the grader's process."""
+    from autograder import trusted
+    from autograder.sandbox import run_notebook
+
+    source = course.read(course.solution_path(name))
+    assert trusted.opted_in(source)
+    names = trusted.student_names(c.source for c in course.solution_cells(source))
+    problems = run_notebook(source, Limits(cell_seconds=120), trusted_names=names)
+    failures = {course.nbgrader_meta(c)["grade_id"]: [o.get("evalue") for o in c.outputs if o.output_type == "error"]
+                for c in course.grade_cells(source)}
+    assert problems == [] and {k: v for k, v in failures.items() if v} == {}

@@ -4,10 +4,12 @@ import io
 import math
 import random
 import sys
+from unittest import mock
 
 import graphviz
 import pytest
 
+import mutation
 from autograder import engine_checks
 from autograder.checks import GradingError
 from autograder.engine_checks import GraphMismatch, GraphNode
@@ -364,3 +366,175 @@ def test_check_drawing_accepts_a_drawing_and_rejects_a_duplicate():
     root = engine_checks.sample_graphs(seed=3)[1][0]
     with pytest.raises(GradingError, match="drawn 2 times"):
         engine_checks.check_drawing("draw_dot", draw_twice, root, what="a + a")
+
+
+# --- trusted grading: the engine runs in a driver (the kernel), the comparisons here ---------------
+
+
+class KernelWithoutComparisons(mutation.Loopback):
+    """A kernel where the submission has disabled every comparison it can reach."""
+
+    def ask(self, request, response):
+        with mock.patch.object(engine_checks, "_close", lambda *a, **k: True), \
+                mock.patch.object(math, "isclose", lambda *a, **k: True):
+            super().ask(request, response)
+
+
+def run_trusted(source, namespace, kernel=mutation.Loopback):
+    """Run a test cell as trusted grading does: the names in `namespace` are stand-ins, reached
+    only through `kernel` (data-only answers); return the cell's error (None if it passed) and
+    every answer that came back."""
+    answers = []
+
+    class Recording(kernel):
+        def call(self, exercise, fn, args, options):
+            answers.append(super().call(exercise, fn, args, options))
+            return answers[-1]
+
+    with mock.patch.object(mutation, "Loopback", Recording), no_stderr():
+        err = mutation._run_cell(source, "test", {"__name__": "__main__", **namespace}, True)
+    return err, answers
+
+
+def only_data(answer):
+    """Whether an answer is plain data all the way down (no engine objects, nothing opaque)."""
+    if isinstance(answer, dict):
+        return all(only_data(k) and only_data(v) for k, v in answer.items())
+    if isinstance(answer, (list, tuple)):
+        return all(only_data(v) for v in answer)
+    return answer is None or isinstance(answer, (bool, int, float, str))
+
+
+ENGINE_CELL = """
+from autograder import engine_checks
+engine_checks.compare_graph("Value", Value, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
+engine_checks.check_each_op("Value", Value, ("*", "+", "relu", "tanh"), seed=1, repeats=1)
+engine_checks.check_random_expressions("Value", Value, engine_checks.ARITHMETIC_OPS, seed=2, count=5)
+engine_checks.check_two_passes("Value", Value, lambda a, b: a * b, lambda a, b: a + b * b, [1.5, -2.0])
+engine_checks.check_deep_chain("Value", Value, n_nodes=20_000)
+"""
+
+
+@pytest.mark.parametrize("kernel", [mutation.Loopback, KernelWithoutComparisons])
+@pytest.mark.parametrize("engine, words", [
+    (Tiny, None),
+    (MulForgetsFactor, "wrong gradient at n4 = n3 + c (op '+')"),
+    (NoSeed, "This is the root"),
+    (ResetsLeaves, "PyTorch accumulates both passes"),
+    (Recursive, "raised RecursionError"),
+], ids=lambda v: getattr(v, "__name__", None))
+def test_trusted_engine_checks_build_graphs_in_the_kernel_and_compare_here(engine, words, kernel):
+    err, answers = run_trusted(ENGINE_CELL, {"Value": engine}, kernel)
+    if words is None:
+        assert err is None
+    else:
+        assert isinstance(err, GradingError) and words in str(err), err
+    assert answers and all(only_data(a) for a in answers)
+    # graphs come back as JSON snapshots, the chain of 20,000 nodes as four numbers
+    assert max(len(repr(a)) for a in answers) < 50_000
+
+
+def test_a_trusted_mismatch_reads_as_in_plain_mode_and_draws_the_snapshot():
+    build, values = "lambda a, b: a * b + a", [2.0, -3.0]
+    with pytest.raises(GraphMismatch) as plain:
+        engine_checks.compare_graph("Value", MulForgetsFactor, eval(build), values)
+    err, answers = run_trusted(f"from autograder import engine_checks\n"
+                               f"engine_checks.compare_graph('Value', Value, {build}, {values})", {"Value": MulForgetsFactor})
+    assert isinstance(err, GraphMismatch) and str(err) == str(plain.value)
+    assert engine_checks.last_mismatch is err  # kept in the grader, where the message is shown
+    assert len(answers) == 2  # the graphs, then what each user's _backward sends (only once it failed)
+    red = [line for line in err.draw().body if "fillcolor=red" in line]
+    assert len(red) == 1 and "data 2.0000" in red[0]
+    assert any("fillcolor=orange" in line and "data -6.0000" in line for line in err.draw().body)
+
+
+def test_a_trusted_wrong_forward_value_is_drawn_before_backward():
+    class WrongExp(Tiny):
+        def exp(self):
+            return self._out(self.data, (self,), "exp", (1.0,))
+
+    err, _ = run_trusted("from autograder import engine_checks\n"
+                         "engine_checks.compare_graph('Value', Value, lambda a: a.exp() * 3, [0.5])", {"Value": WrongExp})
+    assert isinstance(err, GraphMismatch) and "wrong forward value at n1 = a.exp()" in str(err)
+    assert err.node.data == 0.5 and err.root.grad == 0.0  # as the graph was before backward()
+
+
+MLP_CELL = """
+from autograder import engine_checks
+engine_checks.check_mlp_gradients("MLP", MLP, 2, [3, 1], seed=0, samples=3)
+engine_checks.check_mlp_gradients("MLP", MLP, 2, [2, 2], seed=1, samples=3, loss="squared")
+engine_checks.check_zero_grad("MLP", MLP, 2, [3, 1], seed=2)
+"""
+
+
+class MLPBiasAsNumber(tiny_nn(Tiny)):
+    """Right outputs, but every bias enters as b.data: its gradient stays 0."""
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = [(sum((wi * xi for wi, xi in zip(n.w, x)), 0) + n.b.data) for n in layer]
+            x = [v.relu() for v in x] if layer is not self.layers[-1] else x
+        return x[0] if len(x) == 1 else x
+
+
+class MLPAlwaysList(tiny_nn(Tiny)):
+    def __call__(self, x):
+        out = super().__call__(x)
+        return out if isinstance(out, list) else [out]
+
+
+class MLPNewParameters(tiny_nn(Tiny)):
+    def parameters(self):
+        return [Tiny(p.data) for p in super().parameters()]
+
+
+@pytest.mark.parametrize("kernel", [mutation.Loopback, KernelWithoutComparisons])
+@pytest.mark.parametrize("mlp, words", [
+    (tiny_nn(Tiny), None),
+    (MLPBiasAsNumber, "its bias): expected"),
+    (MLPAlwaysList, "with one output neuron, model(x) should return that Value itself"),
+    (tiny_nn(Tiny, zero_grad=False), "after model.zero_grad()"),
+    (MLPNewParameters, "wrong gradient for parameter #0"),
+], ids=lambda v: getattr(v, "__name__", None))
+def test_trusted_mlp_checks_return_parameters_as_floats(mlp, words, kernel):
+    random.seed(7)
+    state = random.getstate()
+    err, answers = run_trusted(MLP_CELL, {"MLP": mlp}, kernel)
+    if words is None:
+        assert err is None
+    else:
+        assert isinstance(err, GradingError) and words in str(err), err
+    assert answers and all(only_data(a) for a in answers)
+    assert random.getstate() == state
+
+
+def test_trusted_draw_dot_comes_back_as_the_digraphs_lines():
+    def draw(root):
+        dot = graphviz.Digraph()
+        seen, stack = {root}, [root]
+        while stack:
+            node = stack.pop()
+            dot.node(str(id(node)), label=f"{{ data {node.data:.4f} | grad {node.grad:.4f} }}", shape="record")
+            if node._op:
+                dot.node(str(id(node)) + "op", label=node._op)
+                dot.edge(str(id(node)) + "op", str(id(node)))
+            for child in node._prev:
+                dot.edge(str(id(child)), str(id(node)) + "op")
+                if child not in seen:
+                    seen.add(child)
+                    stack.append(child)
+        return dot
+
+    def draw_twice(root):
+        dot = draw(root)
+        dot.node("copy", label=f"{{ data {root.data:.4f} | grad {root.grad:.4f} }}", shape="record")
+        return dot
+
+    cell = ("from autograder import engine_checks\n"
+            "for root, what in engine_checks.sample_graphs(seed=3):\n"
+            "    engine_checks.check_drawing('draw_dot', draw_dot, root, what=what)\n")
+    for drawer, words in [(draw, None), (draw_twice, "drawn 2 times"),
+                          (lambda root: draw(root).source, "should return a graphviz.Digraph, got str")]:
+        err, answers = run_trusted(cell, {"draw_dot": drawer})
+        assert (err is None) if words is None else (isinstance(err, GradingError) and words in str(err)), err
+        assert all(only_data(a) for a in answers)

@@ -2,11 +2,13 @@
 import copy
 import math
 import sys
+from unittest import mock
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import mutation
 from autograder import scaler_checks
 from autograder.checks import GradingError
 from autograder.scaler_checks import GradientStream
@@ -336,3 +338,122 @@ def test_check_defaults():
     scaler_checks.check_defaults("s", Keywords)  # declares nothing: left to the behaviour checks
     with pytest.raises(GradingError, match="default of growth_interval is 100"):
         scaler_checks.check_defaults("s", OtherDefault)
+
+
+# --- trusted grading: the learner's code runs in a driver, the comparisons here ------------------------
+class KernelWithoutComparisons(mutation.Loopback):
+    """A kernel where the submission has disabled the comparisons it can reach."""
+
+    def ask(self, request, response):
+        with mock.patch.object(torch, "allclose", lambda *a, **k: True), \
+                mock.patch.object(torch, "equal", lambda *a, **k: True), \
+                mock.patch.object(torch, "isclose", lambda a, b, **k: torch.ones_like(a, dtype=torch.bool)):
+            super().ask(request, response)
+
+
+def run_trusted(source, implementation, kernel=mutation.Loopback):
+    """Run a test cell as trusted grading does: the learner's name `g` is a stand-in, reached only
+    through `kernel` (mutation's in-process kernel: data-only answers, a random generator of its
+    own); return the cell's error, or None."""
+    with mock.patch.object(mutation, "Loopback", kernel):
+        return mutation._run_cell(source, "test", {"__name__": "__main__", "g": implementation}, True)
+
+
+SCALED_CELL = """
+import torch
+from autograder import scaler_checks as sc
+net = sc.mlp((6, 16, 8), seed=10, device="cpu")
+for i, p in enumerate(net.parameters()):
+    p.grad = torch.full_like(p, float(i + 1))
+held = [p.grad.clone() for p in net.parameters()]
+x = torch.randn(32, 6, generator=torch.Generator().manual_seed(1))
+y = torch.randn(32, 8, generator=torch.Generator().manual_seed(2))
+sc.check_scaled_fp16_grads("g", g, net, sc.small_mse(20), x, y, scales=[2.0 ** 12, 2.0 ** 14], tolerance=0.02)
+sc.check_shows_fp16("g", g, net, sc.small_mse(20), x, y)
+# the grader's model is as it was: its .grad kept (a pickled module travels without it), float32
+assert all(torch.equal(p.grad, h) and p.dtype == torch.float32 for p, h in zip(net.parameters(), held)), "model changed"
+"""
+
+
+def shallow_copy(model, loss_fn, x, y, scale):
+    half = copy.copy(model).half()  # the caller's parameters become fp16
+    (loss_fn(half(x.half()).float(), y) * scale).backward()
+    return [p.grad.float() / scale for p in half.parameters()]
+
+
+def touches_grad(model, loss_fn, x, y, scale):
+    grads = grads_ok(model, loss_fn, x, y, scale)
+    next(model.parameters()).grad.zero_()
+    return grads
+
+
+@pytest.mark.parametrize("kernel", [mutation.Loopback, KernelWithoutComparisons])
+@pytest.mark.parametrize("implementation, words", [
+    (grads_ok, None),
+    (grads_in_place, "parameter '0.weight' is now torch.float16"),
+    (shallow_copy, "parameter '0.weight' is now torch.float16"),
+    (touches_grad, "changed .grad of the caller's parameter '0.weight'"),
+    (grads_ignoring_scale, "exactly 0"),
+    (grads_in_fp32, "as accurate as float32"),
+], ids=lambda v: getattr(v, "__name__", None))
+def test_trusted_scaled_fp16_grads_judges_the_callers_model_as_the_call_left_it(implementation, words, kernel):
+    err = run_trusted(SCALED_CELL, implementation, kernel)
+    if words is None:
+        assert err is None
+    else:
+        assert isinstance(err, GradingError) and words in str(err), err
+
+
+SCALER_CELL = """
+from autograder import scaler_checks as sc
+stream = sc.GradientStream("mixed", "..+....N.-......", seed=1)
+sc.check_defaults("g", g)
+reference, got = sc.side_by_side("g", g, stream, unscale_first=True, clip=1.0, init_scale=1024.0, growth_interval=3)
+assert [r.stepped for r in reference] == [r.stepped for r in got] and got[3].grads is not None
+"""
+
+
+def not_a_class():
+    return Scaler()
+
+
+@pytest.mark.parametrize("kernel", [mutation.Loopback, KernelWithoutComparisons])
+@pytest.mark.parametrize("implementation, words", [
+    (Scaler, None),
+    (not_a_class, "expected a class, but the name holds"),
+    (OtherDefault, "the default of growth_interval is 100"),
+    (UnscalesTwice, "not divided by the scale exactly once"),
+    (KernelUser, "_amp_update_scale_"),
+], ids=lambda v: getattr(v, "__name__", None))
+def test_trusted_scaler_checks_drive_the_class_in_the_kernel_and_compare_here(implementation, words, kernel):
+    err = run_trusted(SCALER_CELL, implementation, kernel)
+    if words is None:
+        assert err is None
+    else:
+        assert isinstance(err, GradingError) and words in str(err), err
+
+
+def test_trusted_scaler_check_gives_the_plain_message():
+    stream, settings = STREAMS[0]
+    with pytest.raises(GradingError) as plain:
+        scaler_checks.check_against_gradscaler("g", GrowsEveryStep, stream, **settings)
+    cell = f"""
+from autograder import scaler_checks as sc
+stream = sc.GradientStream({stream.name!r}, {stream.pattern!r}, seed={stream.seed})
+sc.check_against_gradscaler("g", g, stream, **{settings!r})
+"""
+    err = run_trusted(cell, GrowsEveryStep)
+    assert isinstance(err, GradingError) and str(err) == message(plain)
+
+
+def test_trusted_scaler_check_compares_what_comes_back_with_gradscaler_here():
+    """A kernel that sends back a run GradScaler would not make is caught: the verdict is the grader's."""
+    class Forging(mutation.Loopback):
+        def call(self, exercise, fn, args, options):
+            answer = super().call(exercise, fn, args, options)
+            if isinstance(answer, scaler_checks.LearnerRun):
+                answer.records[2].stepped, answer.records[2].returned = 1, True  # GradScaler skips step 2's inf
+            return answer
+
+    err = run_trusted(SCALER_CELL.replace("unscale_first=True", "unscale_first=False"), Scaler, Forging)
+    assert isinstance(err, GradingError) and "GradScaler skipped this step" in str(err), err

@@ -4,12 +4,17 @@ should and leave nothing behind, and each checker accepts a right answer and nam
 The custom Functions and engines used as fixtures come from the mutation catalogue of notebook 03
 (`tests/mutants/nb03_vjp.py`), where they are already sorted into right and wrong.
 """
+import dataclasses
 import sys
+import tempfile
+from unittest import mock
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import mutation
+from autograder import checks, trusted
 from autograder import vjp_checks as vc
 from autograder.checks import GradingError
 from mutants import nb03_vjp as catalogue
@@ -309,3 +314,120 @@ def test_layer_norm_reference_uses_the_biased_variance():
     y = F.layer_norm(x, (4,), w, b, 0.0)
     xhat = (x - x.mean(-1, keepdim=True)) / x.var(-1, keepdim=True, unbiased=False).sqrt()
     torch.testing.assert_close(y, xhat * w + b)
+
+
+# --- trusted grading: the learner's code runs in drivers, the comparisons here ------------------------
+LSE_CELL = """
+from autograder import vjp_checks as vc
+vc.check_logsumexp("StableLogSumExp", StableLogSumExp, [vc.logsumexp_case((2, 3), dim=1, seed=13)])
+vc.check_gradchecks("StableLogSumExp", lambda: (lambda t: StableLogSumExp.apply(t, 1)), vc.tensor((3, 4), seed=16),
+                    what="StableLogSumExp.apply(x, 1)")
+"""
+STR_CELL = """
+from autograder import vjp_checks as vc
+vc.check_straight_through("StraightThroughRound", StraightThroughRound, [vc.rounding_cases(seed=15, shape=(2, 3))])
+"""
+ENGINE_CELL = """
+from autograder import vjp_checks as vc
+vc.check_engine_expression("Tensor", Tensor, "((a * b + a).relu() * a).mean()", {"a": (3, 4), "b": (4,)}, seed=17)
+vc.check_engine_mlp("Tensor", Tensor, n_in=2, hidden=3, n_out=1, batch=4, seed=18)
+vc.check_engine_deep("Tensor", Tensor, steps=500)
+"""
+
+
+class PatchedKernel(mutation.Loopback):
+    """A kernel where the submission has disabled every comparison it can reach."""
+
+    def ask(self, request, response):
+        with mock.patch.object(checks, "expect_close", lambda *a, **k: None), \
+                mock.patch.object(torch, "allclose", lambda *a, **k: True), \
+                mock.patch.object(torch.testing, "assert_close", lambda *a, **k: None):
+            super().ask(request, response)
+
+
+def run_trusted(source, name, implementation, kernel=mutation.Loopback, forge=None):
+    """Run a test cell as trusted grading does (mutation's in-process kernel, or `kernel`); return its
+    error (None if it passed) and every answer that came back from the kernel, after `forge`, which
+    may rewrite them (a kernel that lies)."""
+    answers = []
+
+    class Recording(kernel):
+        def call(self, exercise, fn, args, options):
+            answer = super().call(exercise, fn, args, options)
+            answers.append(answer)
+            return forge(answer) if forge else answer
+
+    with mock.patch.object(mutation, "Loopback", Recording):
+        err = mutation._run_cell(source, "test", {"__name__": "__main__", name: implementation}, True)
+    return err, answers
+
+
+def flatten(answer):
+    if isinstance(answer, (tuple, list)):
+        return [leaf for item in answer for leaf in flatten(item)]
+    if isinstance(answer, dict):
+        return [leaf for item in answer.values() for leaf in flatten(item)]
+    if isinstance(answer, (vc.FunctionRun, vc.EngineNode)):
+        return [answer, *flatten([getattr(answer, f.name) for f in dataclasses.fields(answer)])]
+    return [answer]
+
+
+@pytest.mark.parametrize("source, name, right, record", [
+    (LSE_CELL, "StableLogSumExp", catalogue.LSESetupContext, vc.FunctionRun),
+    (STR_CELL, "StraightThroughRound", catalogue.STRSetupContext, vc.FunctionRun),
+    (ENGINE_CELL, "Tensor", catalogue.AltTensor, vc.EngineNode),
+])
+def test_trusted_grading_passes_a_right_answer_and_only_data_comes_back(source, name, right, record):
+    err, answers = run_trusted(source, name, right)
+    assert err is None
+    assert answers
+    leaves = [leaf for answer in answers for leaf in flatten(answer)]
+    assert not [leaf for leaf in leaves if isinstance(leaf, (trusted.Opaque, trusted.Raised))]
+    assert any(isinstance(leaf, record) for leaf in leaves)
+    assert any(isinstance(leaf, torch.Tensor) for leaf in leaves)
+
+
+@pytest.mark.parametrize("source, name, wrong, message", [
+    (LSE_CELL, "StableLogSumExp", catalogue.LSEIgnoresUpstream, "wrong values in dL/dx from your backward"),
+    (LSE_CELL, "StableLogSumExp", catalogue.LSENoAddBack, "wrong values in logsumexp(x)"),
+    (LSE_CELL, "StableLogSumExp", catalogue.LSEDetachedBackward, "gradgradcheck failed"),
+    (STR_CELL, "StraightThroughRound", catalogue.STRDetachTrick, "should be a subclass of torch.autograd.Function"),
+    (STR_CELL, "StraightThroughRound", catalogue.STRZeros, "should be g itself"),
+    (STR_CELL, "StraightThroughRound", catalogue.STRInteger, "grad_fn is None"),
+    (ENGINE_CELL, "Tensor", catalogue.AssigningTensor, "wrong values in a.grad"),
+    (ENGINE_CELL, "Tensor", catalogue.NoUnbroadcastAdd, "b1.grad has shape (4, 3), expected (3,)"),
+])
+def test_trusted_grading_rejects_a_wrong_answer_even_when_the_kernel_disables_the_comparisons(
+        source, name, wrong, message):
+    # gradcheck's verdict is the kernel's (it compares the learner's backward with the learner's own
+    # forward, and uses torch.allclose there): a patched kernel can silence it, by design
+    for kernel in (mutation.Loopback,) if "gradcheck" in message else (mutation.Loopback, PatchedKernel):
+        err, _ = run_trusted(source, name, wrong, kernel=kernel)
+        assert isinstance(err, GradingError) and message in str(err), (kernel.__name__, err)
+
+
+def test_trusted_grading_compares_what_comes_back_with_its_own_references():
+    """A kernel that sends back wrong numbers for a right answer is caught: the verdict is the grader's."""
+    def zero_grads(answer):
+        if isinstance(answer, vc.FunctionRun) and isinstance(answer.grads, tuple):
+            return dataclasses.replace(answer, grads=(torch.zeros_like(answer.grads[0]), *answer.grads[1:]))
+        return answer
+
+    def zero_engine(answer):
+        if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], dict):
+            return answer[0], {k: dataclasses.replace(v, grad=torch.zeros_like(v.grad)) for k, v in answer[1].items()}
+        return answer
+
+    err, _ = run_trusted(LSE_CELL, "StableLogSumExp", catalogue._LSEBase, forge=zero_grads)
+    assert isinstance(err, GradingError) and "wrong values in dL/dx from your backward" in str(err)
+    err, _ = run_trusted(ENGINE_CELL, "Tensor", catalogue.AltTensor, forge=zero_engine)
+    assert isinstance(err, GradingError) and "wrong values in a.grad" in str(err)
+
+
+def test_the_grade_cells_in_trusted_mode_give_the_plain_messages():
+    for name, wrong in (("StableLogSumExp", catalogue.LSENaive), ("StraightThroughRound", catalogue.STRHalfUp),
+                        ("Tensor", catalogue.RecursiveTensor)):
+        plain = mutation.run_grade_cells("03_vjp", name, wrong)
+        routed = mutation.run_grade_cells("03_vjp", name, wrong, trusted_mode=True)
+        assert {k: str(v) for k, v in routed.items()} == {k: str(v) for k, v in plain.items()}
+        assert any(isinstance(v, GradingError) for v in routed.values())

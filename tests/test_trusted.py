@@ -1,0 +1,150 @@
+"""The trusted-grading boundary: only data comes back from the kernel, and what a call changed
+in the grader's models, optimizers and tensors is carried back to them."""
+import io
+import os
+
+import pytest
+import torch
+
+import mutation
+from autograder import checks, isolation, memory, trusted
+
+
+def round_trip(value, holders=()):
+    buffer = io.BytesIO()
+    torch.save(trusted.encode(value, trusted._param_names(list(holders))), buffer)
+    buffer.seek(0)
+    return trusted.decode(torch.load(buffer, weights_only=True), list(holders))
+
+
+def test_data_crosses_and_code_does_not():
+    sent = {"t": torch.ones(2, requires_grad=True), "n": 3, "s": "x", "size": torch.Size([2, 3]),
+            "dtype": torch.float16, "device": torch.device("cpu"), "items": (1.5, [None, True])}
+    got = round_trip(sent)
+    assert torch.equal(got["t"], sent["t"]) and got["t"].requires_grad
+    assert {k: v for k, v in got.items() if k != "t"} == {k: v for k, v in sent.items() if k != "t"}
+    assert isinstance(got["size"], torch.Size)
+    assert isinstance(round_trip(lambda: 1), trusted.Opaque)
+    assert isinstance(round_trip(object()), trusted.Opaque)
+
+
+def test_exceptions_and_the_autograders_records_come_back_as_data():
+    raised = round_trip(ValueError("unknown name"))
+    assert (raised.type_name, raised.message) == ("ValueError", "unknown name")
+    record = memory.Measurement(saved_bytes=1, peak_saved_bytes=2, peak_bytes=None, seconds=0.5)
+    assert round_trip(record) == record
+
+
+def test_a_dataclass_from_elsewhere_is_not_rebuilt():
+    encoded = {"__dataclass__": ["os", "path"], "fields": {}}
+    assert isinstance(trusted.decode(encoded, []), trusted.Opaque)
+
+
+def test_a_models_own_parameter_comes_back_as_the_graders_parameter():
+    model = torch.nn.Linear(2, 2)
+    assert round_trip(model.weight, [model]) is model.weight
+
+
+def test_state_holders_are_found_in_arguments_and_closures():
+    model, leaf = torch.nn.Linear(2, 1), torch.zeros(3, requires_grad=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    def driver(): return model, optimizer
+    found = trusted.state_holders(driver, [[leaf], {"x": leaf}])
+    assert {id(h) for h in found} == {id(model), id(optimizer), id(leaf)}
+    assert trusted.state_holders(lambda: None, [(leaf * 2)]) == []  # not a leaf: nothing to carry
+    assert trusted.state_holders(lambda: None, [torch.zeros(2)]) == []  # an input: never taken back
+
+
+def test_a_student_name_inside_a_nested_function_is_seen():
+    namespace = {"StudentFn": trusted.StudentName("StudentFn")}
+    exec("def make():\n    return lambda t: StudentFn.apply(t)", namespace)
+    assert trusted.involves_student(namespace["make"], [])
+
+
+def test_what_a_student_call_changes_is_carried_back(tmp_path):
+    model = torch.nn.Linear(3, 1)
+    def freeze_and_step(m):
+        m.bias.requires_grad_(False)
+        m(torch.ones(1, 3)).sum().backward()
+        with torch.no_grad():
+            m.weight.add_(1.0)
+        return m.weight
+    namespace = {"freeze_and_step": freeze_and_step}
+    before = model.weight.detach().clone()
+    exchange = isolation.Exchange()
+    try:
+        remote = mutation.Loopback(namespace, exchange)
+        got = remote.call("freeze", trusted.StudentName("freeze_and_step"), [model], {})
+    finally:
+        exchange.remove()
+    assert got is model.weight
+    assert torch.equal(model.weight.detach(), before + 1) and not model.bias.requires_grad
+    assert torch.equal(model.weight.grad, torch.ones(1, 3))
+
+
+def test_a_patched_comparison_in_the_kernel_does_not_reach_the_grader():
+    source = ('"""relu_grad: the cell"""\nimport torch\nfrom autograder import checks\n'
+              'x = torch.tensor([-1.0, 2.0], dtype=torch.float64)\n'
+              'checks.expect_close("relu_grad", checks.call_student("relu_grad", relu_grad, x), (x > 0).double())')
+    def cheat(x):
+        checks.expect_close = lambda *a, **k: None  # the "kernel" patches its checks
+        return x
+    original = checks.expect_close
+    exchange = isolation.Exchange()
+    try:
+        error = trusted.run_grade_cell(source, ["relu_grad"], mutation.Loopback({"relu_grad": cheat}, exchange))
+    finally:
+        checks.expect_close = original
+        exchange.remove()
+    assert isinstance(error, checks.GradingError) and "wrong values" in str(error)
+
+
+def test_calling_a_student_name_outside_call_student_says_how_to_grade():
+    with pytest.raises(checks.GradingError, match="plain mode"):
+        trusted.StudentName("f")(1)
+
+
+def test_an_exchange_file_planted_in_advance_is_refused(monkeypatch, tmp_path):
+    exchange = isolation.Exchange()
+    try:
+        assert exchange.new_file(".in", b"data").read_bytes() == b"data"
+        assert os.stat(exchange.folder).st_mode & 0o077 in (0, 0o011)  # others may not list it
+        victim = tmp_path / "gradebook.db"
+        victim.write_bytes(b"precious")
+        monkeypatch.setattr(isolation.secrets, "token_hex", lambda n: "predicted")
+        os.symlink(victim, exchange.folder / "predicted.in")
+        with pytest.raises(FileExistsError):
+            exchange.new_file(".in", b"overwrite")
+        assert victim.read_bytes() == b"precious"
+    finally:
+        exchange.remove()
+    assert not exchange.folder.exists()
+
+
+def test_numpy_numbers_come_back_as_plain_numbers():
+    import numpy
+    assert round_trip([numpy.float64(1.5), numpy.int64(3)]) == [1.5, 3]
+
+
+def test_a_partial_of_a_student_function_is_sent_to_the_kernel():
+    import functools
+    call = functools.partial(trusted.StudentName("f"), 2)
+    assert trusted.involves_student(call, [])
+    assert trusted._resolve(call, {"f": lambda a, b: a * b})(5) == 10
+
+
+def test_gradients_the_caller_holds_reach_the_kernel_and_a_dtype_change_is_named():
+    model = torch.nn.Linear(2, 1)
+    model.weight.grad = torch.full((1, 2), 7.0)
+    def grad_sum(m):
+        return m.weight.grad.sum()
+    def to_half(m):
+        m.half()
+    exchange = isolation.Exchange()
+    try:
+        remote = mutation.Loopback({"grad_sum": grad_sum, "to_half": to_half}, exchange)
+        assert remote.call("g", trusted.StudentName("grad_sum"), [model], {}).item() == 14.0
+        with pytest.raises(checks.GradingError, match="float32.*float16"):
+            remote.call("h", trusted.StudentName("to_half"), [model], {})
+    finally:
+        exchange.remove()
