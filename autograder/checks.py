@@ -304,10 +304,28 @@ def expect_close(exercise, got, expected, *, inputs=None, names=None, rtol=None,
                       default_rtol if rtol is None else rtol, default_atol if atol is None else atol)
 
 
-def check_cases(exercise, student_fn, reference_fn, cases, *, no_autograd=False, forbid=(), **compare):
-    """Run the student's function and the reference on every case (a dict of named inputs)."""
+def run_cases(exercise, student_fn, cases, options) -> dict:
+    """A driver: the student's function on every case, each through `call_student`, stopping at
+    the first failure. One call of it, in trusted grading, is one trip to the kernel."""
+    results = []
     for case in cases:
-        got = call_student(exercise, student_fn, *case.values(), names=list(case),
-                           no_autograd=no_autograd, forbid=forbid)
-        expected = reference_fn(*case.values())
-        expect_close(exercise, got, expected, inputs=case, **compare)
+        try:
+            results.append(call_student(exercise, student_fn, *case.values(), names=list(case), **options))
+        except GradingError as err:
+            return {"results": results, "failure": str(err)}
+    return {"results": results, "failure": None}
+
+
+def check_cases(exercise, student_fn, reference_fn, cases, *, no_autograd=False, forbid=(), **compare):
+    """Run the student's function and the reference on every case (a dict of named inputs);
+    report the first case that fails, in order."""
+    ran = call_student(exercise, run_cases, exercise, student_fn, cases,
+                       dict(no_autograd=no_autograd, forbid=forbid), time_limit=0)  # each case has its own limit
+    if not isinstance(ran, dict) or not isinstance(ran.get("results"), list) or len(ran["results"]) > len(cases):
+        _fail(exercise, "no readable answer came back from your notebook")
+    for case, got in zip(cases, ran["results"]):
+        expect_close(exercise, got, reference_fn(*case.values()), inputs=case, **compare)
+    if ran["failure"] is not None:
+        raise GradingError(ran["failure"])
+    if len(ran["results"]) < len(cases):
+        _fail(exercise, "no readable answer came back from your notebook")

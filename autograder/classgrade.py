@@ -203,6 +203,9 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
     submissions = find_submissions(root, names)
     names_of = {name: None if plain else trusted_names(root, name) for name in names}
     hidden = [str(p) for p in isolation.secrets_of(root)]
+    if not isolation.available():
+        print("note: kernels run as this user and can read what it can (solutions, gradebook); "
+              "grade as root on Linux to isolate them (see README)", file=sys.stderr)
     results = {}
     waiting = collections.Counter(sub.assignment for sub in submissions)
     with tempfile.TemporaryDirectory(prefix="executed-") as staging, dask_client(workers, scheduler) as client, \
