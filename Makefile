@@ -11,6 +11,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	bash .ci/install-graphviz
+	bash .ci/install-chromium
 	touch $(STAMP)
 
 # Jupyter refuses to run as root unless told (containers, cloud machines).

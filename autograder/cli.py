@@ -1,8 +1,10 @@
 """Instructor command line: `backprop-course release` and `backprop-course grade`.
 
 `release [--check] [NOTEBOOK ...]` regenerates the student notebooks in notebooks/ from the nbgrader source in
-solutions/ (solutions replaced by stubs, hidden tests removed, outputs cleared). It works in a
-temporary course directory, so the instructor's own gradebook and folders are never touched.
+solutions/ (solutions replaced by stubs, hidden tests removed, outputs cleared) and puts the Colab
+first cell in each (autograder/colab.py; solutions/ never hold it). It works in a temporary course
+directory, so the instructor's own gradebook and folders are never touched. It also points the
+README's "Open in Colab" links at the repository that autograder/colab.py names.
 
 `grade [NOTEBOOK ...]` grades every submission in submitted/ (or a folder of LMS .zip
 downloads) in parallel, records the scores in nbgrader's gradebook and writes a report; see
@@ -18,6 +20,8 @@ import sys
 import tempfile
 import time
 
+from autograder import colab
+
 
 def assignments(root: pathlib.Path) -> list:
     return sorted(p.name for p in (root / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
@@ -30,7 +34,8 @@ def nbgrader_env() -> dict:
 
 
 def generate(root: pathlib.Path, names: list, out: pathlib.Path) -> list:
-    """Run nbgrader generate_assignment for `names`; return the released notebooks' paths."""
+    """Run nbgrader generate_assignment for `names`, then put the Colab first cell in each released
+    notebook; return their paths."""
     shutil.copy(root / "nbgrader_config.py", out)
     for name in names:
         shutil.copytree(root / "solutions" / name, out / "solutions" / name,
@@ -40,7 +45,10 @@ def generate(root: pathlib.Path, names: list, out: pathlib.Path) -> list:
             cwd=out, capture_output=True, text=True, env=nbgrader_env())
         if result.returncode != 0:
             raise SystemExit(f"nbgrader could not generate {name}:\n{result.stdout}{result.stderr}")
-    return sorted((out / "release").glob("*/*.ipynb"))
+    released = sorted((out / "release").glob("*/*.ipynb"))
+    for path in released:
+        colab.add_bootstrap(path)
+    return released
 
 
 def stale_notebooks(root: pathlib.Path, released: list) -> list:
@@ -54,17 +62,26 @@ def stale_notebooks(root: pathlib.Path, released: list) -> list:
 
 
 def release(root: pathlib.Path, names: list, check: bool) -> int:
+    readme = root / "README.md"
+    text = readme.read_text(encoding="utf-8") if readme.exists() else ""
     with tempfile.TemporaryDirectory() as tmp:
         released = generate(root, names or assignments(root), pathlib.Path(tmp))
         if check:
             stale = stale_notebooks(root, released)
             for name in stale:
                 print(f"notebooks/{name} is stale: run `make release` to regenerate it from solutions/")
+            if colab.with_current_links(text) != text:
+                stale.append("README.md")
+                print(f"README.md's Open in Colab links do not point at {colab.REPOSITORY} ({colab.BRANCH}): "
+                      "run `make release`")
             return 1 if stale else 0
         (root / "notebooks").mkdir(exist_ok=True)
         for path in released:
             shutil.copy(path, root / "notebooks" / path.name)
             print(f"wrote notebooks/{path.name}")
+    if colab.with_current_links(text) != text:
+        readme.write_text(colab.with_current_links(text), encoding="utf-8")
+        print(f"README.md: Open in Colab links now point at {colab.REPOSITORY} ({colab.BRANCH})")
     return 0
 
 

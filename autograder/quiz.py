@@ -3,6 +3,8 @@
 Two kinds of question: ``choice`` (pick one; immediate feedback with the reason) and ``recall``
 (type an answer, reveal the model answer, rate yourself 0-3). Every attempt is saved locally
 (see ``autograder.progress``). Where widgets cannot render, the same quiz works as plain text.
+Questions shown in a later notebook's opening review (``autograder.review``) are scored the same
+way; their attempts also carry ``"review": <the notebook that showed them>``.
 """
 import dataclasses
 import importlib.resources
@@ -17,6 +19,7 @@ from autograder import progress
 SECTIONS = ("predict", "retrieve", "concept_check")
 RATINGS = ("again", "hard", "good", "easy")
 PLAIN_ENV_VAR = "COURSE_PLAIN_QUIZ"
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where built: a review reads 5 files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +66,7 @@ def _parse_question(notebook, section, raw):
 def load_quiz(notebook: str) -> dict:
     """{section: (title, [Question, ...])} for one notebook, validated."""
     source = importlib.resources.files("autograder") / "quizzes" / f"{notebook}.yaml"
-    raw = yaml.safe_load(source.read_text(encoding="utf-8"))
+    raw = yaml.load(source.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
     quiz, seen = {}, set()
     for section, body in raw["sections"].items():
         if section not in SECTIONS:
@@ -85,8 +88,17 @@ def find_question(notebook: str, question_id: str) -> Question:
     raise KeyError(f"{notebook} has no quiz question {question_id!r}")
 
 
-def check_choice(question: Question, picked: int) -> Feedback:
-    """Feedback for choice number `picked` (0-based), saved to the progress file."""
+def _attempt(question, review, **fields):
+    attempt = {"notebook": question.notebook, "section": question.section, "question": question.id, **fields}
+    if review:
+        attempt["review"] = review
+    return attempt
+
+
+def check_choice(question: Question, picked: int, review: str = "") -> Feedback:
+    """Feedback for choice number `picked` (0-based), saved to the progress file.
+
+    `review`: the notebook whose opening review showed the question ('' in its own notebook)."""
     if not 0 <= picked < len(question.choices):
         raise ValueError(f"pick a choice between a and {string.ascii_lowercase[len(question.choices) - 1]}")
     chosen = question.choices[picked]
@@ -95,17 +107,15 @@ def check_choice(question: Question, picked: int) -> Feedback:
     if not correct:
         right = next(c for c in question.choices if c.get("correct"))
         text += f"\n\nThe answer is: {right['text']}. {right['why']}"
-    progress.record({"notebook": question.notebook, "section": question.section, "question": question.id,
-                     "kind": "choice", "response": picked, "correct": correct})
+    progress.record(_attempt(question, review, kind="choice", response=picked, correct=correct))
     return Feedback(correct, text)
 
 
-def rate_recall(question: Question, response: str, rating: int) -> None:
+def rate_recall(question: Question, response: str, rating: int, review: str = "") -> None:
     """Save a free-recall attempt with the learner's own rating (0 again ... 3 easy)."""
     if rating not in range(len(RATINGS)):
         raise ValueError(f"rate yourself from 0 to 3: {', '.join(f'{i} {r}' for i, r in enumerate(RATINGS))}")
-    progress.record({"notebook": question.notebook, "section": question.section, "question": question.id,
-                     "kind": "recall", "response": response, "rating": rating})
+    progress.record(_attempt(question, review, kind="recall", response=response, rating=rating))
 
 
 def _widgets_available() -> bool:
@@ -122,41 +132,62 @@ def show_quiz(notebook: str, section: str) -> None:
     """Display one quiz section: widgets where they work, plain text otherwise."""
     title, questions = load_quiz(notebook)[section]
     display(Markdown(f"### {title}"))
+    display_questions(questions)
+
+
+def display_questions(questions, review: str = "", notes=()) -> None:
+    """Display questions one by one (numbered from 1), as widgets or as plain text.
+
+    `review`: the notebook whose opening review shows them; `notes`: a line per question saying why."""
+    notes = list(notes) + [""] * (len(questions) - len(notes))
     if _widgets_available():
         from autograder import quiz_widgets
-        for number, question in enumerate(questions, 1):
-            display(quiz_widgets.question_widget(question, number))
+        for number, (question, note) in enumerate(zip(questions, notes), 1):
+            display(quiz_widgets.question_widget(question, number, review=review, note=note))
     else:
-        for number, question in enumerate(questions, 1):
-            display(Markdown(plain_text(question, number)))
+        for number, (question, note) in enumerate(zip(questions, notes), 1):
+            display(Markdown(plain_text(question, number, review=review, note=note)))
 
 
-def plain_text(question: Question, number: int) -> str:
+def heading(question: Question, number: int, review: str = "", note: str = "") -> str:
+    """'**Q3.**' in a question's own notebook; '**R3.** *from 01_chain_rule: note*' in a review."""
+    if not review:
+        return f"**Q{number}.**"
+    return f"**R{number}.** *from {question.notebook}" + (f": {note}" if note else "") + "*"
+
+
+def _call_suffix(review):
+    return f", review={review!r}" if review else ""
+
+
+def plain_text(question: Question, number: int, review: str = "", note: str = "") -> str:
     """The question as markdown, with the exact call that answers it."""
-    lines = [f"**Q{number}.** {question.prompt}", ""]
+    first = heading(question, number, review, note)
+    lines = [f"{first}\n\n{question.prompt}" if review else f"{first} {question.prompt}", ""]
     if question.kind == "choice":
         lines += [f"- ({letter}) {c['text']}" for letter, c in zip(string.ascii_lowercase, question.choices)]
-        lines += ["", f"Answer: `answer({question.notebook!r}, {question.id!r}, 'a')`"]
+        lines += ["", f"Answer: `answer({question.notebook!r}, {question.id!r}, 'a'{_call_suffix(review)})`"]
     else:
-        lines += [f"Answer in your own words: `answer({question.notebook!r}, {question.id!r}, 'your answer')`"]
+        lines += [f"Answer in your own words: `answer({question.notebook!r}, {question.id!r}, 'your answer'"
+                  f"{_call_suffix(review)})`"]
     return "\n".join(lines)
 
 
-def answer(notebook: str, question_id: str, response: str) -> None:
+def answer(notebook: str, question_id: str, response: str, review: str = "") -> None:
     """Plain-text answering: a letter for a choice question, your own words for a recall one."""
     question = find_question(notebook, question_id)
     if question.kind == "choice":
         letter = response.strip().lower()
         if len(letter) != 1 or letter not in string.ascii_lowercase:
             raise ValueError(f"answer {question_id!r} with one letter, such as 'a'")
-        print(check_choice(question, string.ascii_lowercase.index(letter)).text)
+        print(check_choice(question, string.ascii_lowercase.index(letter), review=review).text)
         return
     print(f"Model answer: {question.answer}")
-    print(f"Now rate yourself: rate({notebook!r}, {question_id!r}, {response!r}, N) "
+    print(f"Now rate yourself: rate({notebook!r}, {question_id!r}, {response!r}, N{_call_suffix(review)}) "
           f"with N from 0 to 3 ({', '.join(f'{i} {r}' for i, r in enumerate(RATINGS))}).")
 
 
-def rate(notebook: str, question_id: str, response: str, rating: int) -> None:
+def rate(notebook: str, question_id: str, response: str, rating: int, review: str = "") -> None:
     """Plain-text self-rating of a recall answer."""
-    rate_recall(find_question(notebook, question_id), response, rating)
+    rate_recall(find_question(notebook, question_id), response, rating, review=review)
     print(f"Saved: {RATINGS[rating]}.")

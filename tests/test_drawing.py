@@ -1,9 +1,16 @@
+"""Graph drawings: rendered with a text description (alt text), or a note and the DOT text without `dot`."""
+import html
+import re
 import shutil
+import urllib.parse
 
 import graphviz
 import pytest
+import torch
 
-from autograder import drawing
+from autograder import drawing, engine_checks, toggle_checks
+
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed here")
 
 
 def small_graph():
@@ -18,9 +25,65 @@ def test_without_dot_a_note_replaces_the_drawing(monkeypatch):
     assert isinstance(shown, drawing.MissingDot)
     text = shown._repr_markdown_()
     assert "apt-get install graphviz" in text and "x -> L" in text
+    assert drawing.describe(small_graph()) in text
 
 
-@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed here")
-def test_with_dot_the_graph_renders_to_svg():
+def test_a_small_graph_is_described_in_one_sentence():
+    assert drawing.describe(small_graph()) == (
+        "A graph drawing of 2 nodes and 1 arrow, drawn top to bottom; the arrows start at 'x' and end at 'L'.")
+    lonely = graphviz.Digraph()
+    lonely.node("a", label="only me")
+    assert drawing.describe(lonely) == "A graph drawing of 1 node and no arrows: 'only me'."
+    assert drawing.describe(graphviz.Digraph()) == "An empty graph drawing."
+
+
+def test_the_micrograd_drawing_is_described_by_its_values():
+    a, b = engine_checks.GraphNode(2.0, -3.0), engine_checks.GraphNode(-3.0, 2.0)
+    c = engine_checks.GraphNode(-6.0, 1.0, (a, b), "*")
+    text = drawing.describe(engine_checks.draw_graph(engine_checks.GraphNode(0.0, 1.0, (c,), "relu")))
+    assert text.startswith("A graph drawing of 6 nodes and 5 arrows, drawn left to right;")
+    assert "'data 2.0000, grad -3.0000'" in text and text.endswith("end at 'data 0.0000, grad 1.0000'.")
+
+
+def test_the_autograd_drawing_is_described_by_its_nodes():
+    x = torch.ones(3, requires_grad=True)
+    graph = toggle_checks.draw_autograd_graph((x * 2).sum(), names={"x": x})
+    text = drawing.describe(graph)
+    assert "start at 'SumBackward0'" in text and "end at 'AccumulateGrad, x 3'" in text
+
+
+def test_many_end_points_are_counted_not_listed():
+    g = graphviz.Digraph()
+    for k in range(6):
+        g.edge(f"in{k}", "out")
+    assert "start at 'in0', 'in1', 'in2' and 3 more and end at 'out'" in drawing.describe(g)
+
+
+@needs_dot
+def test_with_dot_the_drawing_carries_its_description():
     shown = drawing.show_graph(small_graph())
-    assert "<svg" in shown._repr_image_svg_xml()
+    bundle = shown._repr_mimebundle_()
+    alt = drawing.describe(small_graph())
+    assert bundle["text/plain"] == alt and repr(shown) == alt
+    # JupyterLab shows the HTML: an <img> whose alt is the description
+    src = re.search(r'<img src="data:image/svg\+xml,([^"]+)" alt="([^"]*)"', bundle["text/html"])
+    assert src and html.unescape(src.group(2)) == alt
+    svg = urllib.parse.unquote(src.group(1))
+    assert svg == bundle["image/svg+xml"] == shown._repr_image_svg_xml()
+    assert re.search(r'<svg\b[^>]*role="img"[^>]*>\s*<title>', svg)
+    assert f"<title>{html.escape(alt)}</title>" in svg
+    assert shown.source == small_graph().source  # otherwise it is the graph
+
+
+@needs_dot
+def test_an_own_description_replaces_the_generated_one():
+    shown = drawing.show_graph(small_graph(), alt='The loss "L" depends on x')
+    assert 'alt="The loss &quot;L&quot; depends on x"' in shown._repr_mimebundle_()["text/html"]
+
+
+@needs_dot
+def test_a_graph_dot_cannot_draw_shows_its_text_instead():
+    broken = graphviz.Digraph()
+    broken.body.append("\tthis is { not dot\n")
+    bundle = drawing.show_graph(broken)._repr_mimebundle_()
+    assert list(bundle) == ["text/plain"] and "dot could not draw this graph" in bundle["text/plain"]

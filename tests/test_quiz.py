@@ -94,3 +94,71 @@ def test_schema_errors_name_the_question():
                                                             {"text": "b", "why": "w", "correct": True}]})
     with pytest.raises(quiz.QuizFileError, match="q2: a recall question needs a model answer"):
         quiz._parse_question("nb", "predict", {"id": "q2", "kind": "recall", "prompt": "?"})
+
+
+# --- the widgets: keyboard and screen readers ------------------------------------------------------
+INTERACTIVE = ("Button", "RadioButtons", "Textarea", "ToggleButtons")
+
+
+def widget_tree(widget):
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from widget_tree(child)
+
+
+@pytest.mark.parametrize("notebook", QUIZ_FILES)
+@pytest.mark.parametrize("review", ["", "09_later"])
+def test_every_control_is_native_and_names_its_question(notebook, review):
+    ipywidgets = pytest.importorskip("ipywidgets")
+    from autograder import quiz_widgets
+    name = "R3" if review else "Q3"
+    for kind in ("choice", "recall"):
+        box = quiz_widgets.question_widget(first(notebook, kind), 3, review=review)
+        parts = list(widget_tree(box))
+        kinds = {type(w).__name__ for w in parts}
+        # native controls (radio inputs, <button>, <textarea>) only: Tab reaches them, Space/Enter works them
+        assert kinds <= set(INTERACTIVE) | {"VBox", "Output"}, kinds
+        controls = [w for w in parts if type(w).__name__ in INTERACTIVE]
+        assert controls and all(w.tabbable is not False and not w.disabled for w in controls)
+        for w in controls:
+            said = f"{w.description} {w.tooltip or ''}"
+            assert name in said, f"{type(w).__name__} does not say which question it belongs to: {said!r}"
+        for w in controls:
+            if isinstance(w, ipywidgets.ToggleButtons):
+                assert len(w.tooltips) == len(w.options) and all(w.tooltips)
+
+
+def test_clicking_check_scores_and_saves_a_review_answer(private_progress):
+    from autograder import quiz_widgets
+    question = first("01_chain_rule", "choice")
+    right = next(i for i, c in enumerate(question.choices) if c.get("correct"))
+    box = quiz_widgets.question_widget(question, 1, review="02_micrograd", note="you missed it last time")
+    picker, button = (next(w for w in widget_tree(box) if type(w).__name__ == kind) for kind in ("RadioButtons", "Button"))
+    button.click()  # nothing picked yet: nothing saved
+    assert not private_progress.exists()
+    picker.value = right
+    button.click()  # what a mouse click, Enter or Space on the focused button does
+    (saved,) = progress.attempts("01_chain_rule")
+    assert (saved["question"], saved["correct"], saved["review"]) == (question.id, True, "02_micrograd")
+
+
+def test_revealing_and_rating_a_recall_answer_saves_it(private_progress):
+    from autograder import quiz_widgets
+    question = first("02_micrograd", "recall")
+    box = quiz_widgets.question_widget(question, 2)
+    typed, reveal, ratings = (next(w for w in widget_tree(box) if type(w).__name__ == kind)
+                              for kind in ("Textarea", "Button", "ToggleButtons"))
+    assert ratings.layout.display == "none"
+    typed.value = "the chain rule, backwards"
+    reveal.click()
+    assert ratings.layout.display is None
+    ratings.value = 3
+    (saved,) = progress.attempts("02_micrograd")
+    assert (saved["response"], saved["rating"], "review" in saved) == ("the chain rule, backwards", 3, False)
+
+
+def test_plain_text_review_questions_say_where_they_come_from():
+    question = first("01_chain_rule", "choice")
+    text = quiz.plain_text(question, 2, review="03_vjp", note="you missed it last time")
+    assert text.startswith("**R2.** *from 01_chain_rule: you missed it last time*")
+    assert f"answer('01_chain_rule', {question.id!r}, 'a', review='03_vjp')" in text
