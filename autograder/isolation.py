@@ -62,7 +62,9 @@ def jail_plan(uid, hidden=()) -> dict:
 
 
 def jailed(command, plan) -> list:
-    return [sys.executable, "-m", "autograder.jail", json.dumps(plan), "--", *command]
+    """The kernel command, started through jail.py: run as a script, with the standard library only
+    (-I -S), so that the launcher does not import the package (and torch) before the kernel does."""
+    return [sys.executable, "-I", "-S", str(pathlib.Path(__file__).with_name("jail.py")), json.dumps(plan), "--", *command]
 
 
 @functools.cache

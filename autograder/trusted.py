@@ -19,8 +19,6 @@ import numbers
 import pickle
 import types
 
-import cloudpickle
-import nbformat
 import torch
 
 from autograder import checks
@@ -340,6 +338,7 @@ class Remote:
         return involves_student(fn, args)
 
     def _run(self, code):
+        import nbformat  # grader side only: the kernel imports this module too, and quickly
         original = self.nb.cells[self.index]
         try:
             self.client.execute_cell(nbformat.v4.new_code_cell(code), self.index)
@@ -355,6 +354,7 @@ class Remote:
             raise KernelDied(timed_out=isinstance(err, CellTimeoutError)) from err
 
     def call(self, exercise, fn, args, options):
+        import cloudpickle  # grader side only
         self.calls += 1
         holders = state_holders(fn, args)
         before = [state_after(h) for h in holders]
