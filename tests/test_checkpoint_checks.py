@@ -172,13 +172,6 @@ def test_non_reentrant_checkpoint_hides_its_recomputation_from_the_ledger():
 
 
 def test_segment_check_explains_the_convention(device):
-    def all_checkpointed(blocks, segments, x):
-        size = len(blocks) // segments
-        for s in range(segments):
-            part = blocks[s * size:] if s == segments - 1 else blocks[s * size:(s + 1) * size]
-            x = torch_checkpoint.checkpoint(lambda t, part=part: torch.nn.Sequential(*part)(t), x, use_reentrant=True)
-        return x
-
     with pytest.raises(GradingError, match=r"blocks 0-5 ran 2x, blocks 6-7 ran 1x .* Yours: blocks 0-7 ran 2x"):
         cc.check_sequential_memory("checkpoint_sequential", all_checkpointed, 8, 4, seed=12, device=device, forbid=())
 

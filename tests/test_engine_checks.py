@@ -338,23 +338,25 @@ def test_parse_dot_reads_quoted_names_and_html_labels():
     assert edges == {("140+", "140"), ("n1", "140+")}
 
 
-def test_check_drawing_accepts_a_drawing_and_rejects_a_duplicate():
-    def draw(root):
-        dot = graphviz.Digraph()
-        seen, stack = {root}, [root]
-        while stack:
-            node = stack.pop()
-            dot.node(str(id(node)), label=f"{{ data {node.data:.4f} | grad {node.grad:.4f} }}", shape="record")
-            if node._op:
-                dot.node(str(id(node)) + "op", label=node._op)
-                dot.edge(str(id(node)) + "op", str(id(node)))
-            for child in node._prev:
-                dot.edge(str(id(child)), str(id(node)) + "op")
-                if child not in seen:
-                    seen.add(child)
-                    stack.append(child)
-        return dot
+def draw(root):
+    """A correct draw_dot: one record per value (data and grad), one node per op."""
+    dot = graphviz.Digraph()
+    seen, stack = {root}, [root]
+    while stack:
+        node = stack.pop()
+        dot.node(str(id(node)), label=f"{{ data {node.data:.4f} | grad {node.grad:.4f} }}", shape="record")
+        if node._op:
+            dot.node(str(id(node)) + "op", label=node._op)
+            dot.edge(str(id(node)) + "op", str(id(node)))
+        for child in node._prev:
+            dot.edge(str(id(child)), str(id(node)) + "op")
+            if child not in seen:
+                seen.add(child)
+                stack.append(child)
+    return dot
 
+
+def test_check_drawing_accepts_a_drawing_and_rejects_a_duplicate():
     for root, what in engine_checks.sample_graphs(seed=3):
         engine_checks.check_drawing("draw_dot", draw, root, what=what)
 
@@ -509,22 +511,6 @@ def test_trusted_mlp_checks_return_parameters_as_floats(mlp, words, kernel):
 
 
 def test_trusted_draw_dot_comes_back_as_the_digraphs_lines():
-    def draw(root):
-        dot = graphviz.Digraph()
-        seen, stack = {root}, [root]
-        while stack:
-            node = stack.pop()
-            dot.node(str(id(node)), label=f"{{ data {node.data:.4f} | grad {node.grad:.4f} }}", shape="record")
-            if node._op:
-                dot.node(str(id(node)) + "op", label=node._op)
-                dot.edge(str(id(node)) + "op", str(id(node)))
-            for child in node._prev:
-                dot.edge(str(id(child)), str(id(node)) + "op")
-                if child not in seen:
-                    seen.add(child)
-                    stack.append(child)
-        return dot
-
     def draw_twice(root):
         dot = draw(root)
         dot.node("copy", label=f"{{ data {root.data:.4f} | grad {root.grad:.4f} }}", shape="record")
