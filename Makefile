@@ -7,9 +7,9 @@ export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: course test release lock benchmark
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml packaging/grader/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[lab]' -e './packaging/grader[test]'
 	bash .ci/install-graphviz
 	bash .ci/install-chromium
 	touch $(STAMP)

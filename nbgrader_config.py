@@ -4,9 +4,9 @@ import os
 from nbgrader.converters import Autograde, GenerateFeedback
 from nbgrader.preprocessors import Execute
 
-from autograder.classgrade import EXECUTED_ENV, SANITIZE, Recorded
-from autograder.execution import SteadyClientMixin
-from autograder.feedback import HideHiddenTests
+from autograder.grader.classgrade import EXECUTED_ENV, SANITIZE, Recorded
+from autograder.grader.execution import SteadyClientMixin
+from autograder.grader.feedback import HideHiddenTests
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
@@ -29,7 +29,7 @@ c.Execute.interrupt_on_timeout = True
 
 
 class SteadyExecute(SteadyClientMixin, Execute):
-    """nbgrader's Execute, without the stall that widget cells cause (see autograder/execution.py)."""
+    """nbgrader's Execute, without the stall that widget cells cause (see autograder/grader/execution.py)."""
 
 
 # A duplicated test cell must not fail the whole notebook (see classgrade.DropDuplicateIds).
@@ -48,7 +48,7 @@ c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"(UserWarning|FutureWarning|DeprecationWarning|RuntimeWarning)"
 
 
-# Feedback shows each check's message, never the hidden tests' source (see autograder/feedback.py).
+# Feedback shows each check's message, never the hidden tests' source (see autograder/grader/feedback.py).
 c.GenerateFeedback.preprocessors = [
     HideHiddenTests, *GenerateFeedback.class_traits()["preprocessors"].default()
 ]

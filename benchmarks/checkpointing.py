@@ -3,7 +3,7 @@
 For every depth n: no checkpointing, √n segments (k = best_segments(n), torch's convention: the
 last segment plain) and a checkpoint around every block, each run by the reference solution and by
 torch.utils.checkpoint (reentrant and non-reentrant). Printed per run: the peak saved bytes
-(autograder.memory.measure: saved-tensor hooks, on every device), the CUDA allocator's peak on a
+(autograder.learner.memory.measure: saved-tensor hooks, on every device), the CUDA allocator's peak on a
 GPU, the time of one training step (CUDA events on a GPU, wall time on one thread elsewhere; the
 fastest of REPEATS runs, the variants taking turns), and both set against the theory.
 
@@ -41,8 +41,8 @@ import torch.utils.checkpoint as torch_checkpoint
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder.device import get_device  # noqa: E402
-from autograder.memory import measure  # noqa: E402
+from autograder.learner.device import get_device  # noqa: E402
+from autograder.learner.memory import measure  # noqa: E402
 
 NOTEBOOK = ROOT / "solutions" / "06_checkpointing" / "06_checkpointing.ipynb"
 DEPTHS = (16, 32, 64)

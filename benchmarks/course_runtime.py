@@ -12,7 +12,7 @@ import time
 import nbformat
 import torch
 
-from autograder.execution import SteadyNotebookClient
+from autograder.grader.execution import SteadyNotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

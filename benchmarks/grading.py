@@ -18,9 +18,9 @@ import time
 
 import nbformat
 
-from autograder import classgrade, isolation
-from autograder.execution import SteadyNotebookClient
-from autograder.sandbox import Limits
+from autograder.grader import classgrade, isolation
+from autograder.grader.execution import SteadyNotebookClient
+from autograder.grader.sandbox import Limits
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KINDS = ["perfect"] * 4 + ["partial"] * 3 + ["blank"] * 2 + ["crash", "endless"]

@@ -3,7 +3,7 @@ import pathlib
 
 import nbformat
 
-from autograder.execution import SteadyNotebookClient
+from autograder.grader.execution import SteadyNotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"

@@ -8,10 +8,11 @@ import contextlib
 import io
 import threading
 
+import course
 import torch
 
-import course
-from autograder import checks, isolation, trusted
+from autograder.checks import kernel
+from autograder.grader import isolation, trusted
 
 
 def grade_cell_sources(notebook: str) -> dict:
@@ -54,16 +55,15 @@ class Loopback(trusted.Remote):
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.calls + 12345)
-                trusted.respond(request, response, self.namespace)
+                kernel.respond(request, response, self.namespace)
         except BaseException as err:  # re-raised in the grader's thread
             failures.append(err)
 
     def ask(self, request, response):
         failures = []
-        with checks.routed(None):  # the "kernel" calls the student directly
-            worker = threading.Thread(target=self._answer, args=(request, response, failures))
-            worker.start()
-            worker.join()
+        worker = threading.Thread(target=self._answer, args=(request, response, failures))
+        worker.start()
+        worker.join()
         if failures:
             raise failures[0]
 

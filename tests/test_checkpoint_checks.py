@@ -1,18 +1,18 @@
-"""autograder.checkpoint_checks: the independent counts agree with the hooks, PyTorch's own
+"""autograder.checks.checkpointing: the independent counts agree with the hooks, PyTorch's own
 checkpointing passes every check, and the failures say what is wrong."""
 import math
 from unittest import mock
 
+import mutation
 import pytest
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint as torch_checkpoint
 
-import mutation
-from autograder import checkpoint_checks as cc, trusted
-from autograder.checks import GradingError
-from autograder.device import available_devices
-from autograder.memory import SavedTensorLedger
+from autograder.checks import GradingError, boundary
+from autograder.checks import checkpointing as cc
+from autograder.learner.device import available_devices
+from autograder.learner.memory import SavedTensorLedger
 
 
 @pytest.fixture(params=available_devices())
@@ -222,7 +222,7 @@ def flatten(answer):
 
 
 CHECKPOINT_CELL = """
-from autograder import checkpoint_checks as cc
+from autograder.checks import checkpointing as cc
 # dropout in the block: both runs are seeded where they happen (the grader's generator is not the kernel's)
 cc.check_checkpoint_gradients("g", g, "single", width=6, batch=5, seed=5, p=0.5, device="cpu", forbid=())
 cc.check_checkpoint_gradients("g", g, "tuple", width=4, batch=3, seed=6, p=0.5, device="cpu", forbid=())
@@ -245,13 +245,13 @@ def test_trusted_checkpoint_checks_seed_both_runs_where_they_happen(implementati
     err, answers = run_trusted(CHECKPOINT_CELL, implementation)
     if words is None:
         assert err is None
-        assert not [a for a in flatten(answers) if isinstance(a, (trusted.Opaque, trusted.Raised))]
+        assert not [a for a in flatten(answers) if isinstance(a, (boundary.Opaque, boundary.Raised))]
     else:
         assert isinstance(err, GradingError) and words in str(err), err
 
 
 SEQUENTIAL_CELL = """
-from autograder import checkpoint_checks as cc
+from autograder.checks import checkpointing as cc
 cc.check_sequential_memory("g", g, 8, 4, seed=12, device="cpu", forbid=())
 cc.check_sequential_gradients("g", g, 7, 3, seed=13, p=0.5, device="cpu", forbid=())
 cc.check_sequential_gradients("g", g, 6, 2, seed=14, device="cpu", as_sequential=True, forbid=())
@@ -274,7 +274,7 @@ def test_trusted_sequential_checks_get_the_saved_bytes_as_numbers():
     err, answers = run_trusted(SEQUENTIAL_CELL, reentrant_sequential)
     assert err is None
     leaves = flatten(answers)
-    assert not [a for a in leaves if isinstance(a, (trusted.Opaque, trusted.Raised))]
+    assert not [a for a in leaves if isinstance(a, (boundary.Opaque, boundary.Raised))]
     counts = [a for a in leaves if isinstance(a, cc.SavedCounts)]
     assert counts and all(isinstance(c.peak_bytes, int) and c.peak_bytes > 0 for c in counts)
     err, _ = run_trusted(SEQUENTIAL_CELL, all_checkpointed)

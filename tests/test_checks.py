@@ -2,8 +2,9 @@
 import pytest
 import torch
 
-from autograder import checks, inputs
-from autograder.device import available_devices
+from autograder import checks
+from autograder.learner import inputs
+from autograder.learner.device import available_devices
 
 
 @pytest.fixture(params=available_devices())
@@ -141,8 +142,8 @@ def test_seeded_inputs_repeat_and_differ():
 
 
 def test_forbid_catches_a_feature_however_it_was_bound_and_reports_it():
-    from torch.utils.checkpoint import checkpoint as bound_early
     from torch.amp import GradScaler
+    from torch.utils.checkpoint import checkpoint as bound_early
 
     def by_module_path(x):
         return torch.utils.checkpoint.checkpoint(torch.sin, x, use_reentrant=False)

@@ -9,13 +9,13 @@ import csv
 import shutil
 import zipfile
 
+import course
 import nbformat
 import pytest
-
-import course
-from autograder import classgrade, isolation, report
-from autograder.sandbox import Limits
 from test_nbgrader_e2e import submission
+
+from autograder.grader import classgrade, isolation, report
+from autograder.grader.sandbox import Limits
 
 NAME, VICTIM = "01_chain_rule", "relu_grad"
 GOOD = "def relu_grad(x):\n    return (x > 0).to(x.dtype)"
@@ -194,8 +194,8 @@ def test_report_has_every_student_and_exercise(graded, tmp_path):
 
 def test_patched_checks_fool_the_kernel_but_not_the_grader(tmp_path):
     """The same cheating submission, graded in the kernel as nbgrader does and in trusted mode."""
-    from autograder import trusted
-    from autograder.sandbox import run_notebook
+    from autograder.grader import trusted
+    from autograder.grader.sandbox import run_notebook
 
     source = course.read(course.solution_path(NAME))
     names = trusted.student_names(c.source for c in course.solution_cells(source))
@@ -221,8 +221,8 @@ def test_a_submission_no_worker_could_run_scores_zero_with_the_reason():
 def test_every_reference_solution_earns_full_marks_in_trusted_mode(name):
     """A real kernel (isolated where possible) answers; every grade cell, hidden tests included,
     passes in the grader's process."""
-    from autograder import trusted
-    from autograder.sandbox import run_notebook
+    from autograder.grader import trusted
+    from autograder.grader.sandbox import run_notebook
 
     source = course.read(course.solution_path(name))
     assert trusted.opted_in(source)

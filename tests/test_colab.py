@@ -12,14 +12,14 @@ import sys
 import types
 import zipfile
 
+import course
 import nbformat
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-import course
-from autograder import cli, colab
+from autograder.grader import cli, colab
 
 NAMES = course.assignment_names()
 README = course.ROOT / "README.md"
@@ -155,7 +155,7 @@ def test_with_bootstrap_puts_one_cell_first_and_replaces_an_old_one():
 def test_every_student_notebook_starts_with_the_colab_cell(name):
     cells = course.read(course.release_path(name)).cells
     assert cells[0].get("id") == colab.CELL_ID and cells[0].source == colab.bootstrap_source(), (
-        f"notebooks/{name}.ipynb does not start with the Colab cell of autograder/colab.py: run `make release`")
+        f"notebooks/{name}.ipynb does not start with the Colab cell of autograder/grader/colab.py: run `make release`")
     assert [c.get("id") for c in cells].count(colab.CELL_ID) == 1
 
 
@@ -340,7 +340,7 @@ def test_package_built_from_this_tree_has_what_the_notebooks_import(tmp_path):
     for name in NAMES:
         for module, names in autograder_imports(course.read(course.release_path(name))).items():
             imports.setdefault(module, set()).update(names)
-    assert "autograder.quiz" in imports, "the notebooks' imports were not found"
+    assert "autograder.learner.quiz" in imports, "the notebooks' imports were not found"
     probe = f"""
 import importlib, importlib.util, pathlib
 import autograder
@@ -349,7 +349,7 @@ for module, names in {({m: sorted(n) for m, n in imports.items()})!r}.items():
     loaded = importlib.import_module(module)
     for name in names:
         assert hasattr(loaded, name) or importlib.util.find_spec(module + "." + name), (module, name)
-from autograder import quiz
+from autograder.learner import quiz
 for notebook in {NAMES!r}:
     quiz.load_quiz(notebook)
 print("ok")

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from autograder.device import get_device
+from autograder.learner.device import get_device
 
 
 def test_default_is_cuda_when_available_else_cpu(monkeypatch):

@@ -8,7 +8,8 @@ import graphviz
 import pytest
 import torch
 
-from autograder import drawing, engine_checks, toggle_checks
+from autograder.checks import scalar_engine, toggles
+from autograder.learner import drawing
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed here")
 
@@ -38,16 +39,16 @@ def test_a_small_graph_is_described_in_one_sentence():
 
 
 def test_the_micrograd_drawing_is_described_by_its_values():
-    a, b = engine_checks.GraphNode(2.0, -3.0), engine_checks.GraphNode(-3.0, 2.0)
-    c = engine_checks.GraphNode(-6.0, 1.0, (a, b), "*")
-    text = drawing.describe(engine_checks.draw_graph(engine_checks.GraphNode(0.0, 1.0, (c,), "relu")))
+    a, b = scalar_engine.GraphNode(2.0, -3.0), scalar_engine.GraphNode(-3.0, 2.0)
+    c = scalar_engine.GraphNode(-6.0, 1.0, (a, b), "*")
+    text = drawing.describe(scalar_engine.draw_graph(scalar_engine.GraphNode(0.0, 1.0, (c,), "relu")))
     assert text.startswith("A graph drawing of 6 nodes and 5 arrows, drawn left to right;")
     assert "'data 2.0000, grad -3.0000'" in text and text.endswith("end at 'data 0.0000, grad 1.0000'.")
 
 
 def test_the_autograd_drawing_is_described_by_its_nodes():
     x = torch.ones(3, requires_grad=True)
-    graph = toggle_checks.draw_autograd_graph((x * 2).sum(), names={"x": x})
+    graph = toggles.draw_autograd_graph((x * 2).sum(), names={"x": x})
     text = drawing.describe(graph)
     assert "start at 'SumBackward0'" in text and "end at 'AccumulateGrad, x 3'" in text
 

@@ -1,4 +1,4 @@
-"""autograder.engine_checks: a correct scalar engine passes, a wrong local derivative is named."""
+"""autograder.checks.scalar_engine: a correct scalar engine passes, a wrong local derivative is named."""
 import contextlib
 import io
 import math
@@ -7,12 +7,11 @@ import sys
 from unittest import mock
 
 import graphviz
+import mutation
 import pytest
 
-import mutation
-from autograder import engine_checks
-from autograder.checks import GradingError
-from autograder.engine_checks import GraphMismatch, GraphNode
+from autograder.checks import GradingError, scalar_engine
+from autograder.checks.scalar_engine import GraphMismatch, GraphNode
 
 
 class Tiny:
@@ -82,7 +81,7 @@ class Tiny:
         return other * self ** -1
 
     def backward(self):
-        order = engine_checks.topological_order(self)
+        order = scalar_engine.topological_order(self)
         self.grad = 1.0
         for node in reversed(order):
             node._backward()
@@ -114,7 +113,7 @@ class Recursive(Tiny):
 
 class NoSeed(Tiny):
     def backward(self):
-        for node in reversed(engine_checks.topological_order(self)):
+        for node in reversed(scalar_engine.topological_order(self)):
             node._backward()
 
 
@@ -134,7 +133,7 @@ class ResetsLeaves(Tiny):
     """Zeroes every grad at the start of backward(): right once, wrong across two passes."""
 
     def backward(self):
-        order = engine_checks.topological_order(self)
+        order = scalar_engine.topological_order(self)
         for node in order:
             node.grad = 0.0
         super().backward()
@@ -186,22 +185,22 @@ def no_stderr():
 
 def test_a_correct_engine_passes_every_check():
     with no_stderr():
-        engine_checks.compare_graph("Value", Tiny, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
-        engine_checks.check_each_op("Value", Tiny, engine_checks.ARITHMETIC_OPS + engine_checks.TRANSCENDENTAL_OPS,
+        scalar_engine.compare_graph("Value", Tiny, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
+        scalar_engine.check_each_op("Value", Tiny, scalar_engine.ARITHMETIC_OPS + scalar_engine.TRANSCENDENTAL_OPS,
                                     seed=1, repeats=2)
-        engine_checks.check_random_expressions("Value", Tiny, engine_checks.ARITHMETIC_OPS + engine_checks.TRANSCENDENTAL_OPS,
+        scalar_engine.check_random_expressions("Value", Tiny, scalar_engine.ARITHMETIC_OPS + scalar_engine.TRANSCENDENTAL_OPS,
                                                seed=2, count=30)
-        engine_checks.check_two_passes("Value", Tiny, lambda a, b: a * b, lambda a, b: a + b * b, [1.5, -2.0])
-        engine_checks.check_deep_chain("Value", Tiny, n_nodes=20_000)
-        engine_checks.check_deep_chain("Value", Tiny, n_nodes=9_000, ladder=True)
-        engine_checks.check_mlp_gradients("MLP", tiny_nn(Tiny), 3, [4, 4, 1], seed=3)
-        engine_checks.check_mlp_gradients("MLP", tiny_nn(Tiny), 2, [3, 2], seed=4, loss="squared")
-        engine_checks.check_zero_grad("MLP", tiny_nn(Tiny), 2, [3, 1], seed=5)
+        scalar_engine.check_two_passes("Value", Tiny, lambda a, b: a * b, lambda a, b: a + b * b, [1.5, -2.0])
+        scalar_engine.check_deep_chain("Value", Tiny, n_nodes=20_000)
+        scalar_engine.check_deep_chain("Value", Tiny, n_nodes=9_000, ladder=True)
+        scalar_engine.check_mlp_gradients("MLP", tiny_nn(Tiny), 3, [4, 4, 1], seed=3)
+        scalar_engine.check_mlp_gradients("MLP", tiny_nn(Tiny), 2, [3, 2], seed=4, loss="squared")
+        scalar_engine.check_zero_grad("MLP", tiny_nn(Tiny), 2, [3, 1], seed=5)
 
 
 def test_one_wrong_local_derivative_is_named_with_its_op():
     with pytest.raises(GraphMismatch) as caught:
-        engine_checks.compare_graph("Value", MulForgetsFactor, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
+        scalar_engine.compare_graph("Value", MulForgetsFactor, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
     message = str(caught.value)
     # from the root down, the first wrong grad is the sum's (a * b + c): the root's * sent it 1, not a = 2
     assert message.splitlines()[0] == "Value: wrong gradient at n4 = n3 + c (op '+')"
@@ -210,12 +209,12 @@ def test_one_wrong_local_derivative_is_named_with_its_op():
     suspect = [line for line in message.splitlines() if "<-- wrong" in line]
     assert len(suspect) == 1 and "n5 = n4 * a (op '*'" in suspect[0]
     assert caught.value.node.data == 4.0 and [c._op for c in caught.value.culprits] == ["*"]
-    assert engine_checks.last_mismatch is caught.value
+    assert scalar_engine.last_mismatch is caught.value
 
 
 def test_the_mismatch_can_be_drawn_with_the_node_in_red():
     with pytest.raises(GraphMismatch) as caught:
-        engine_checks.compare_graph("Value", MulForgetsFactor, lambda a, b: a * b + a, [2.0, -3.0])
+        scalar_engine.compare_graph("Value", MulForgetsFactor, lambda a, b: a * b + a, [2.0, -3.0])
     drawing = caught.value.draw()
     assert isinstance(drawing, graphviz.Digraph)
     red = [line for line in drawing.body if "fillcolor=red" in line]
@@ -225,19 +224,19 @@ def test_the_mismatch_can_be_drawn_with_the_node_in_red():
 
 def test_a_node_used_twice_with_assignment_gets_the_hint():
     with pytest.raises(GraphMismatch, match=r"add \(`\+=`\) both contributions"):
-        engine_checks.compare_graph("Value", Assigns, lambda a: a + a, [3.0])
+        scalar_engine.compare_graph("Value", Assigns, lambda a: a + a, [3.0])
     with pytest.raises(GraphMismatch, match=r"accumulate \(`\+=`\)"):
-        engine_checks.compare_graph("Value", Assigns, lambda a, b: a * b + a, [3.0, 2.0])
+        scalar_engine.compare_graph("Value", Assigns, lambda a, b: a * b + a, [3.0, 2.0])
 
 
 def test_a_missing_seed_is_reported_at_the_root():
     with pytest.raises(GraphMismatch, match="This is the root: backward\\(\\) must start by setting the root's grad to 1"):
-        engine_checks.compare_graph("Value", NoSeed, lambda a, b: a * b, [3.0, 2.0])
+        scalar_engine.compare_graph("Value", NoSeed, lambda a, b: a * b, [3.0, 2.0])
 
 
 def test_recursion_is_explained_on_a_deep_chain():
     with no_stderr(), pytest.raises(GradingError, match="RecursionError.*explicit stack"):
-        engine_checks.check_deep_chain("Value", Recursive, n_nodes=20_000)
+        scalar_engine.check_deep_chain("Value", Recursive, n_nodes=20_000)
 
 
 def test_a_recursion_limit_raised_by_the_kernel_does_not_let_recursion_pass():
@@ -245,7 +244,7 @@ def test_a_recursion_limit_raised_by_the_kernel_does_not_let_recursion_pass():
     sys.setrecursionlimit(200_000)
     try:
         with pytest.raises(GradingError, match="RecursionError"):
-            engine_checks.check_deep_chain("Value", Recursive, n_nodes=20_000)
+            scalar_engine.check_deep_chain("Value", Recursive, n_nodes=20_000)
         assert sys.getrecursionlimit() == 200_000
     finally:
         sys.setrecursionlimit(previous)
@@ -253,7 +252,7 @@ def test_a_recursion_limit_raised_by_the_kernel_does_not_let_recursion_pass():
 
 def test_two_passes_must_accumulate_into_the_leaves():
     with pytest.raises(GradingError, match="PyTorch accumulates both passes"):
-        engine_checks.check_two_passes("Value", ResetsLeaves, lambda a, b: a * b, lambda a, b: a + b, [1.5, -2.0])
+        scalar_engine.check_two_passes("Value", ResetsLeaves, lambda a, b: a * b, lambda a, b: a + b, [1.5, -2.0])
 
 
 def test_a_wrong_forward_value_is_reported_before_any_gradient():
@@ -262,7 +261,7 @@ def test_a_wrong_forward_value_is_reported_before_any_gradient():
             return self._out(math.sinh(self.data), (self,), "tanh", (1.0,))
 
     with pytest.raises(GraphMismatch, match=r"wrong forward value at n1 = a.tanh\(\)"):
-        engine_checks.compare_graph("Value", WrongTanh, lambda a: a.tanh() * 2, [0.7])
+        scalar_engine.compare_graph("Value", WrongTanh, lambda a: a.tanh() * 2, [0.7])
 
 
 def test_an_engine_that_is_not_implemented_says_so():
@@ -271,20 +270,20 @@ def test_an_engine_that_is_not_implemented_says_so():
             raise NotImplementedError()
 
     with pytest.raises(GradingError, match="not implemented yet"):
-        engine_checks.compare_graph("Value", Stub, lambda a, b: a + b, [1.0, 2.0])
+        scalar_engine.compare_graph("Value", Stub, lambda a, b: a + b, [1.0, 2.0])
 
 
 def test_mlp_checks_catch_a_broken_zero_grad_and_restore_the_global_random_state():
     random.seed(123)
     state = random.getstate()
     with pytest.raises(GradingError, match="after model.zero_grad"):
-        engine_checks.check_zero_grad("MLP", tiny_nn(Tiny, zero_grad=False), 2, [3, 1], seed=5)
+        scalar_engine.check_zero_grad("MLP", tiny_nn(Tiny, zero_grad=False), 2, [3, 1], seed=5)
     assert random.getstate() == state
 
 
 def test_mlp_gradients_name_the_parameter():
     MLP = tiny_nn(Tiny)
-    engine_checks.check_mlp_gradients("MLP", MLP, 2, [2, 1], seed=9)
+    scalar_engine.check_mlp_gradients("MLP", MLP, 2, [2, 1], seed=9)
 
     class MLPBiasAsPlainNumber(MLP):
         """Right outputs, but every bias enters as b.data: its gradient stays 0."""
@@ -296,32 +295,32 @@ def test_mlp_gradients_name_the_parameter():
             return x[0] if len(x) == 1 else x
 
     with pytest.raises(GradingError, match=r"wrong gradient for parameter #\d+ \(layer \d, neuron \d, its bias\): expected \S+ \(PyTorch, same weights\), got 0"):
-        engine_checks.check_mlp_gradients("MLP", MLPBiasAsPlainNumber, 2, [2, 1], seed=9)
+        scalar_engine.check_mlp_gradients("MLP", MLPBiasAsPlainNumber, 2, [2, 1], seed=9)
 
 
 def test_topological_order_is_iterative_and_puts_inputs_first():
     node = GraphNode(0.0, 0.0)
     for k in range(50_000):
         node = GraphNode(float(k), 0.0, [node], "+")
-    order = engine_checks.topological_order(node)
+    order = scalar_engine.topological_order(node)
     assert len(order) == 50_001 and order[-1] is node
     a = GraphNode(1.0, 0.0)
     b = GraphNode(2.0, 0.0, [a], "**2")
     root = GraphNode(3.0, 0.0, [a, b], "+")
-    order = engine_checks.topological_order(root)
+    order = scalar_engine.topological_order(root)
     assert order.index(a) < order.index(b) < order.index(root)
 
 
 def test_random_expressions_are_seeded_share_nodes_and_stay_in_range():
-    ops = engine_checks.ARITHMETIC_OPS + engine_checks.TRANSCENDENTAL_OPS
-    tapes = [engine_checks.record(*engine_checks.random_expression(42, ops)) for _ in range(2)]
+    ops = scalar_engine.ARITHMETIC_OPS + scalar_engine.TRANSCENDENTAL_OPS
+    tapes = [scalar_engine.record(*scalar_engine.random_expression(42, ops)) for _ in range(2)]
     assert [t.formula(i) for t, _ in tapes for i in range(len(t.steps))][:len(tapes[0][0].steps)] == \
         [tapes[1][0].formula(i) for i in range(len(tapes[1][0].steps))]
     shared = 0
     for seed in range(40):
-        tape, root = engine_checks.record(*engine_checks.random_expression(seed, ops))
+        tape, root = scalar_engine.record(*scalar_engine.random_expression(seed, ops))
         shared += any(len(tape.users(i)) > 1 for i in range(len(tape.steps)))
-        values = [t.item() for t in engine_checks._torch_replay(tape, "cpu")]
+        values = [t.item() for t in scalar_engine._torch_replay(tape, "cpu")]
         assert all(1e-3 < abs(v) < 30 for v in values[:root]), values
     assert shared >= 30, "most random expressions should reuse a node"
 
@@ -333,7 +332,7 @@ def test_parse_dot_reads_quoted_names_and_html_labels():
     dot.node("n1", label="<<b>3.000</b><br/>grad 0.500>", shape="plaintext")
     dot.edge("140+", "140")
     dot.edge("n1", "140+")
-    labels, edges = engine_checks.parse_dot(dot)
+    labels, edges = scalar_engine.parse_dot(dot)
     assert labels["140+"] == "+" and "-1.2500" in labels["140"] and "3.000" in labels["n1"]
     assert edges == {("140+", "140"), ("n1", "140+")}
 
@@ -357,17 +356,17 @@ def draw(root):
 
 
 def test_check_drawing_accepts_a_drawing_and_rejects_a_duplicate():
-    for root, what in engine_checks.sample_graphs(seed=3):
-        engine_checks.check_drawing("draw_dot", draw, root, what=what)
+    for root, what in scalar_engine.sample_graphs(seed=3):
+        scalar_engine.check_drawing("draw_dot", draw, root, what=what)
 
     def draw_twice(root):
         dot = draw(root)
         dot.node("copy", label=f"{{ data {root.data:.4f} | grad {root.grad:.4f} }}", shape="record")
         return dot
 
-    root = engine_checks.sample_graphs(seed=3)[1][0]
+    root = scalar_engine.sample_graphs(seed=3)[1][0]
     with pytest.raises(GradingError, match="drawn 2 times"):
-        engine_checks.check_drawing("draw_dot", draw_twice, root, what="a + a")
+        scalar_engine.check_drawing("draw_dot", draw_twice, root, what="a + a")
 
 
 # --- trusted grading: the engine runs in a driver (the kernel), the comparisons here ---------------
@@ -377,7 +376,7 @@ class KernelWithoutComparisons(mutation.Loopback):
     """A kernel where the submission has disabled every comparison it can reach."""
 
     def ask(self, request, response):
-        with mock.patch.object(engine_checks, "_close", lambda *a, **k: True), \
+        with mock.patch.object(scalar_engine, "_close", lambda *a, **k: True), \
                 mock.patch.object(math, "isclose", lambda *a, **k: True):
             super().ask(request, response)
 
@@ -408,12 +407,12 @@ def only_data(answer):
 
 
 ENGINE_CELL = """
-from autograder import engine_checks
-engine_checks.compare_graph("Value", Value, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
-engine_checks.check_each_op("Value", Value, ("*", "+", "relu", "tanh"), seed=1, repeats=1)
-engine_checks.check_random_expressions("Value", Value, engine_checks.ARITHMETIC_OPS, seed=2, count=5)
-engine_checks.check_two_passes("Value", Value, lambda a, b: a * b, lambda a, b: a + b * b, [1.5, -2.0])
-engine_checks.check_deep_chain("Value", Value, n_nodes=20_000)
+from autograder.checks import scalar_engine
+scalar_engine.compare_graph("Value", Value, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
+scalar_engine.check_each_op("Value", Value, ("*", "+", "relu", "tanh"), seed=1, repeats=1)
+scalar_engine.check_random_expressions("Value", Value, scalar_engine.ARITHMETIC_OPS, seed=2, count=5)
+scalar_engine.check_two_passes("Value", Value, lambda a, b: a * b, lambda a, b: a + b * b, [1.5, -2.0])
+scalar_engine.check_deep_chain("Value", Value, n_nodes=20_000)
 """
 
 
@@ -439,11 +438,11 @@ def test_trusted_engine_checks_build_graphs_in_the_kernel_and_compare_here(engin
 def test_a_trusted_mismatch_reads_as_in_plain_mode_and_draws_the_snapshot():
     build, values = "lambda a, b: a * b + a", [2.0, -3.0]
     with pytest.raises(GraphMismatch) as plain:
-        engine_checks.compare_graph("Value", MulForgetsFactor, eval(build), values)
-    err, answers = run_trusted(f"from autograder import engine_checks\n"
-                               f"engine_checks.compare_graph('Value', Value, {build}, {values})", {"Value": MulForgetsFactor})
+        scalar_engine.compare_graph("Value", MulForgetsFactor, eval(build), values)
+    err, answers = run_trusted(f"from autograder.checks import scalar_engine\n"
+                               f"scalar_engine.compare_graph('Value', Value, {build}, {values})", {"Value": MulForgetsFactor})
     assert isinstance(err, GraphMismatch) and str(err) == str(plain.value)
-    assert engine_checks.last_mismatch is err  # kept in the grader, where the message is shown
+    assert scalar_engine.last_mismatch is err  # kept in the grader, where the message is shown
     assert len(answers) == 2  # the graphs, then what each user's _backward sends (only once it failed)
     red = [line for line in err.draw().body if "fillcolor=red" in line]
     assert len(red) == 1 and "data 2.0000" in red[0]
@@ -455,17 +454,17 @@ def test_a_trusted_wrong_forward_value_is_drawn_before_backward():
         def exp(self):
             return self._out(self.data, (self,), "exp", (1.0,))
 
-    err, _ = run_trusted("from autograder import engine_checks\n"
-                         "engine_checks.compare_graph('Value', Value, lambda a: a.exp() * 3, [0.5])", {"Value": WrongExp})
+    err, _ = run_trusted("from autograder.checks import scalar_engine\n"
+                         "scalar_engine.compare_graph('Value', Value, lambda a: a.exp() * 3, [0.5])", {"Value": WrongExp})
     assert isinstance(err, GraphMismatch) and "wrong forward value at n1 = a.exp()" in str(err)
     assert err.node.data == 0.5 and err.root.grad == 0.0  # as the graph was before backward()
 
 
 MLP_CELL = """
-from autograder import engine_checks
-engine_checks.check_mlp_gradients("MLP", MLP, 2, [3, 1], seed=0, samples=3)
-engine_checks.check_mlp_gradients("MLP", MLP, 2, [2, 2], seed=1, samples=3, loss="squared")
-engine_checks.check_zero_grad("MLP", MLP, 2, [3, 1], seed=2)
+from autograder.checks import scalar_engine
+scalar_engine.check_mlp_gradients("MLP", MLP, 2, [3, 1], seed=0, samples=3)
+scalar_engine.check_mlp_gradients("MLP", MLP, 2, [2, 2], seed=1, samples=3, loss="squared")
+scalar_engine.check_zero_grad("MLP", MLP, 2, [3, 1], seed=2)
 """
 
 
@@ -516,9 +515,9 @@ def test_trusted_draw_dot_comes_back_as_the_digraphs_lines():
         dot.node("copy", label=f"{{ data {root.data:.4f} | grad {root.grad:.4f} }}", shape="record")
         return dot
 
-    cell = ("from autograder import engine_checks\n"
-            "for root, what in engine_checks.sample_graphs(seed=3):\n"
-            "    engine_checks.check_drawing('draw_dot', draw_dot, root, what=what)\n")
+    cell = ("from autograder.checks import scalar_engine\n"
+            "for root, what in scalar_engine.sample_graphs(seed=3):\n"
+            "    scalar_engine.check_drawing('draw_dot', draw_dot, root, what=what)\n")
     for drawer, words in [(draw, None), (draw_twice, "drawn 2 times"),
                           (lambda root: draw(root).source, "should return a graphviz.Digraph, got str")]:
         err, answers = run_trusted(cell, {"draw_dot": drawer})

@@ -1,10 +1,10 @@
 """Feedback keeps the checks' messages and drops the hidden tests, from source and tracebacks."""
+import course
 import nbformat
 from nbconvert import HTMLExporter
-
-import course
-from autograder.feedback import HideHiddenTests, without_hidden_tests
 from test_nbgrader_e2e import hidden_lines, page_text
+
+from autograder.grader.feedback import HideHiddenTests, without_hidden_tests
 
 GRADE = {"nbgrader": {"grade": True, "solution": False, "locked": True, "points": 1,
                       "grade_id": "f", "schema_version": 3}}

@@ -4,8 +4,8 @@ import gc
 import pytest
 import torch
 
-from autograder.device import available_devices
-from autograder.memory import SavedTensorLedger, measure
+from autograder.learner.device import available_devices
+from autograder.learner.memory import SavedTensorLedger, measure
 
 
 @pytest.fixture(params=available_devices())

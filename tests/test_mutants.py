@@ -1,9 +1,9 @@
 """Every grader rejects the bugs learners write and accepts correct answers written differently."""
-import pytest
-
 import course
 import mutants
 import mutation
+import pytest
+
 from autograder.checks import GradingError
 
 CATALOGUE = mutants.load_all()

@@ -12,12 +12,12 @@ import subprocess
 import sys
 import textwrap
 
+import course
+import mutants
 import nbformat
 import pytest
 
-import course
-import mutants
-from autograder.cli import nbgrader_env
+from autograder.grader.cli import nbgrader_env
 
 NAMES = course.assignment_names()
 

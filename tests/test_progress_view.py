@@ -16,7 +16,7 @@ import pytest
 from IPython.core.events import EventManager, available_events
 from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult
 
-from autograder import plotting, progress, progress_view, quiz
+from autograder.learner import plotting, progress, progress_view, quiz
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -95,10 +95,10 @@ def test_tracking_twice_records_once_and_follows_the_last_call():
 
 REAL_SHELL = """
 from IPython.core.interactiveshell import InteractiveShell
-from autograder import progress
+from autograder.learner import progress
 shell = InteractiveShell.instance()
-shell.run_cell("from autograder import progress; progress.track_tests('03_vjp')")  # a set-up cell
-shell.run_cell("from autograder import progress; progress.track_tests('03_vjp')")  # run twice
+shell.run_cell("from autograder.learner import progress; progress.track_tests('03_vjp')")  # a set-up cell
+shell.run_cell("from autograder.learner import progress; progress.track_tests('03_vjp')")  # run twice
 shell.run_cell(TEST_CELL + "assert 1 + 1 == 3, 'vjp_linear: arithmetic'")
 shell.run_cell(TEST_CELL + "ok = True")
 shell.run_cell("print('an ordinary cell')")
@@ -282,7 +282,7 @@ shell.run_cell("%matplotlib inline")
 renders = []
 original = bases.FigureCanvasBase.print_figure
 bases.FigureCanvasBase.print_figure = lambda self, *a, **k: renders.append(1) or original(self, *a, **k)
-shell.run_cell("from autograder import plotting; plotting.describe_all_figures(); plotting.describe_all_figures()")
+shell.run_cell("from autograder.learner import plotting; plotting.describe_all_figures(); plotting.describe_all_figures()")
 # a figure pyplot does not hold, so that only the two displays below render it
 shell.run_cell("from matplotlib.figure import Figure; fig = Figure(); ax = fig.subplots(); ax.plot([0, 1], label='line'); ax.legend()")
 plain, _ = shell.display_formatter.format(shell.user_ns["fig"])

@@ -4,9 +4,9 @@ import string
 
 import pytest
 
-from autograder import progress, quiz
+from autograder.learner import progress, quiz
 
-QUIZ_FILES = sorted(p.stem for p in (quiz.importlib.resources.files("autograder") / "quizzes").iterdir()
+QUIZ_FILES = sorted(p.stem for p in (quiz.importlib.resources.files("autograder.learner") / "quizzes").iterdir()
                     if p.name.endswith(".yaml"))
 
 
@@ -110,7 +110,7 @@ def widget_tree(widget):
 @pytest.mark.parametrize("review", ["", "09_later"])
 def test_every_control_is_native_and_names_its_question(notebook, review):
     ipywidgets = pytest.importorskip("ipywidgets")
-    from autograder import quiz_widgets
+    from autograder.learner import quiz_widgets
     name = "R3" if review else "Q3"
     for kind in ("choice", "recall"):
         box = quiz_widgets.question_widget(first(notebook, kind), 3, review=review)
@@ -129,7 +129,7 @@ def test_every_control_is_native_and_names_its_question(notebook, review):
 
 
 def test_clicking_check_scores_and_saves_a_review_answer(private_progress):
-    from autograder import quiz_widgets
+    from autograder.learner import quiz_widgets
     question = first("01_chain_rule", "choice")
     right = next(i for i, c in enumerate(question.choices) if c.get("correct"))
     box = quiz_widgets.question_widget(question, 1, review="02_micrograd", note="you missed it last time")
@@ -143,7 +143,7 @@ def test_clicking_check_scores_and_saves_a_review_answer(private_progress):
 
 
 def test_revealing_and_rating_a_recall_answer_saves_it(private_progress):
-    from autograder import quiz_widgets
+    from autograder.learner import quiz_widgets
     question = first("02_micrograd", "recall")
     box = quiz_widgets.question_widget(question, 2)
     typed, reveal, ratings = (next(w for w in widget_tree(box) if type(w).__name__ == kind)

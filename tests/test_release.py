@@ -1,8 +1,8 @@
 """The student release: generated from solutions/, up to date, free of answers, no free points."""
+import course
 import pytest
 
-import course
-from autograder import cli
+from autograder.grader import cli
 
 NAMES = course.assignment_names()
 

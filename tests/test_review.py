@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from autograder import progress, quiz, review
+from autograder.learner import progress, quiz, review
 
 
 @pytest.fixture(autouse=True)

@@ -9,14 +9,18 @@ from packaging.utils import canonicalize_name
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+GRADER_PYPROJECT = tomllib.loads((ROOT / "packaging" / "grader" / "pyproject.toml").read_text())
+OURS = {"backprop-course", "backprop-course-grader"}
 
 
 def direct_requirements():
-    project = PYPROJECT["project"]
-    reqs = [Requirement(r) for r in project["dependencies"]]
-    for extra in project["optional-dependencies"].values():
-        reqs += [Requirement(r) for r in extra if not r.startswith(project["name"])]
-    return {canonicalize_name(r.name): r for r in reqs}
+    """Every third-party requirement of the learner's and the grader's package, extras included."""
+    reqs = []
+    for project in (PYPROJECT["project"], GRADER_PYPROJECT["project"]):
+        reqs += [Requirement(r) for r in project["dependencies"]]
+        for extra in project.get("optional-dependencies", {}).values():
+            reqs += [Requirement(r) for r in extra]
+    return {canonicalize_name(r.name): r for r in reqs if canonicalize_name(r.name) not in OURS}
 
 
 def pins(lines):
@@ -59,7 +63,9 @@ def test_environment_yml_lists_the_same_packages_at_the_same_pins():
 def test_environment_yml_brings_python_and_graphviz():
     conda = [d for d in ENVIRONMENT["dependencies"] if isinstance(d, str)]
     assert any(d.startswith("python") for d in conda) and "graphviz" in conda
-    assert PYPROJECT["project"]["requires-python"] == ">=3.10"
+    python = next(d for d in conda if d.startswith("python"))
+    assert PYPROJECT["project"]["requires-python"] == GRADER_PYPROJECT["project"]["requires-python"] == ">=3.11"
+    assert python == "python=3.11", "environment.yml installs the oldest Python the packages claim"
 
 
 def test_ci_runs_the_readme_test_command():

@@ -1,7 +1,6 @@
 """Every solution notebook runs top to bottom and passes every grade cell."""
-import pytest
-
 import course
+import pytest
 
 NAMES = course.assignment_names()
 

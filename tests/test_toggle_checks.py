@@ -1,17 +1,16 @@
-"""autograder.toggle_checks: correct answers pass, the classic slips fail with a message that names them."""
+"""autograder.checks.toggles: correct answers pass, the classic slips fail with a message that names them."""
 import collections
 import math
 from unittest import mock
 
 import graphviz
+import mutation
 import pytest
 import torch
 import torch.nn.functional as F
 
-import mutation
-from autograder import toggle_checks as tc
-from autograder import trusted
-from autograder.checks import GradingError
+from autograder.checks import GradingError, boundary
+from autograder.checks import toggles as tc
 
 
 # --- correct answers, written independently of the notebook's solutions ------------------------
@@ -358,38 +357,38 @@ def run_trusted(source, implementation, kernel=mutation.Loopback):
 CELLS = {
     "grad_fn_names": """
 import torch
-from autograder import toggle_checks as tc
+from autograder.checks import toggles as tc
 leaf = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
 tc.check_grad_fn_names("g", g, [("(x * 2).sum()", lambda: (leaf * 2).sum())])
 tc.check_grad_fn_names("g", g, tc.sample_graphs(seed=9))
 """,
     "freeze_all_but": """
-from autograder import toggle_checks as tc
+from autograder.checks import toggles as tc
 tc.check_freeze_flags("g", g, tc.deep_stack, ["2.weight", "2.bias"], seed=1, frozen_before=("2.bias",))
 tc.check_freeze_training("g", g, tc.lora_net, ["block.lora_A", "head.bias"], seed=2)
 tc.check_freeze_unknown_name("g", g, tc.lora_net, seed=3)
 """,
     "distill_loss": """
-from autograder import toggle_checks as tc
+from autograder.checks import toggles as tc
 tc.check_distill_gradients("g", g, B=4, C=5, T=2.0, seed=1)
 tc.check_distill_models("g", g, seed=2)
 """,
     "per_loss_grads": """
-from autograder import toggle_checks as tc
+from autograder.checks import toggles as tc
 tc.check_per_loss_grads("g", g, seed=1)
 """,
     "accumulated_grads": """
-from autograder import toggle_checks as tc
+from autograder.checks import toggles as tc
 tc.check_accumulated_grads("g", g, n=10, k=3, seed=1, frozen=("0.bias",))
 tc.check_accumulated_grads("g", g, n=96, k=4, seed=2, hidden=64, memory=True)
 """,
     "train_step": """
-from autograder import toggle_checks as tc
+from autograder.checks import toggles as tc
 tc.check_train_step("g", g, seed=1, max_norm=0.5)
 tc.check_train_step_keeps_no_graph("g", g, seed=2, steps=5)
 """,
     "predict": """
-from autograder import toggle_checks as tc
+from autograder.checks import toggles as tc
 tc.check_predict("g", g, seed=1)
 tc.check_predict("g", g, seed=2, model_kind="two_heads")
 """,
@@ -516,7 +515,7 @@ def test_trusted_grading_passes_a_right_answer_and_only_data_comes_back(cell, im
     assert err is None, err
     assert answers
     leaves = [leaf for answer in answers for leaf in _leaves(answer)]
-    assert not [leaf for leaf in leaves if isinstance(leaf, (trusted.Opaque, trusted.Raised))]
+    assert not [leaf for leaf in leaves if isinstance(leaf, (boundary.Opaque, boundary.Raised))]
 
 
 @pytest.mark.parametrize("kernel", [mutation.Loopback, KernelWithoutComparisons], ids=["kernel", "patched-kernel"])

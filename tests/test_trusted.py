@@ -3,18 +3,21 @@ in the grader's models, optimizers and tensors is carried back to them."""
 import io
 import os
 
+import mutation
 import pytest
 import torch
 
-import mutation
-from autograder import checks, isolation, memory, trusted
+from autograder import checks
+from autograder.checks import boundary, kernel
+from autograder.grader import isolation, trusted
+from autograder.learner import memory
 
 
 def round_trip(value, holders=()):
     buffer = io.BytesIO()
-    torch.save(trusted.encode(value, trusted._param_names(list(holders))), buffer)
+    torch.save(boundary.encode(value, boundary.param_names(list(holders))), buffer)
     buffer.seek(0)
-    return trusted.decode(torch.load(buffer, weights_only=True), list(holders))
+    return boundary.decode(torch.load(buffer, weights_only=True), list(holders))
 
 
 def test_data_crosses_and_code_does_not():
@@ -24,8 +27,8 @@ def test_data_crosses_and_code_does_not():
     assert torch.equal(got["t"], sent["t"]) and got["t"].requires_grad
     assert {k: v for k, v in got.items() if k != "t"} == {k: v for k, v in sent.items() if k != "t"}
     assert isinstance(got["size"], torch.Size)
-    assert isinstance(round_trip(lambda: 1), trusted.Opaque)
-    assert isinstance(round_trip(object()), trusted.Opaque)
+    assert isinstance(round_trip(lambda: 1), boundary.Opaque)
+    assert isinstance(round_trip(object()), boundary.Opaque)
 
 
 def test_exceptions_and_the_autograders_records_come_back_as_data():
@@ -37,7 +40,7 @@ def test_exceptions_and_the_autograders_records_come_back_as_data():
 
 def test_a_dataclass_from_elsewhere_is_not_rebuilt():
     encoded = {"__dataclass__": ["os", "path"], "fields": {}}
-    assert isinstance(trusted.decode(encoded, []), trusted.Opaque)
+    assert isinstance(boundary.decode(encoded, []), boundary.Opaque)
 
 
 def test_a_models_own_parameter_comes_back_as_the_graders_parameter():
@@ -56,9 +59,11 @@ def test_state_holders_are_found_in_arguments_and_closures():
 
 
 def test_a_student_name_inside_a_nested_function_is_seen():
-    namespace = {"StudentFn": trusted.StudentName("StudentFn")}
+    kernel_connection = object()
+    namespace = {"StudentFn": boundary.StudentName("StudentFn", kernel_connection)}
     exec("def make():\n    return lambda t: StudentFn.apply(t)", namespace)
-    assert trusted.involves_student(namespace["make"], [])
+    assert boundary.remote_for(namespace["make"], []) is kernel_connection
+    assert boundary.remote_for(lambda: None, [torch.ones(1)]) is None
 
 
 def test_what_a_student_call_changes_is_carried_back(tmp_path):
@@ -74,7 +79,7 @@ def test_what_a_student_call_changes_is_carried_back(tmp_path):
     exchange = isolation.Exchange()
     try:
         remote = mutation.Loopback(namespace, exchange)
-        got = remote.call("freeze", trusted.StudentName("freeze_and_step"), [model], {})
+        got = remote.call("freeze", boundary.StudentName("freeze_and_step"), [model], {})
     finally:
         exchange.remove()
     assert got is model.weight
@@ -101,7 +106,7 @@ def test_a_patched_comparison_in_the_kernel_does_not_reach_the_grader():
 
 def test_calling_a_student_name_outside_call_student_says_how_to_grade():
     with pytest.raises(checks.GradingError, match="plain mode"):
-        trusted.StudentName("f")(1)
+        boundary.StudentName("f")(1)
 
 
 def test_an_exchange_file_planted_in_advance_is_refused(monkeypatch, tmp_path):
@@ -128,9 +133,10 @@ def test_numpy_numbers_come_back_as_plain_numbers():
 
 def test_a_partial_of_a_student_function_is_sent_to_the_kernel():
     import functools
-    call = functools.partial(trusted.StudentName("f"), 2)
-    assert trusted.involves_student(call, [])
-    assert trusted._resolve(call, {"f": lambda a, b: a * b})(5) == 10
+    kernel_connection = object()
+    call = functools.partial(boundary.StudentName("f", kernel_connection), 2)
+    assert boundary.remote_for(call, []) is kernel_connection
+    assert kernel._resolve(call, {"f": lambda a, b: a * b})(5) == 10
 
 
 def test_gradients_the_caller_holds_reach_the_kernel_and_a_dtype_change_is_named():
@@ -143,8 +149,8 @@ def test_gradients_the_caller_holds_reach_the_kernel_and_a_dtype_change_is_named
     exchange = isolation.Exchange()
     try:
         remote = mutation.Loopback({"grad_sum": grad_sum, "to_half": to_half}, exchange)
-        assert remote.call("g", trusted.StudentName("grad_sum"), [model], {}).item() == 14.0
+        assert remote.call("g", boundary.StudentName("grad_sum"), [model], {}).item() == 14.0
         with pytest.raises(checks.GradingError, match="float32.*float16"):
-            remote.call("h", trusted.StudentName("to_half"), [model], {})
+            remote.call("h", boundary.StudentName("to_half"), [model], {})
     finally:
         exchange.remove()

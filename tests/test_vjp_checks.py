@@ -1,4 +1,4 @@
-"""autograder.vjp_checks: inputs keep their layout, references are right, guards catch what they
+"""autograder.checks.vjps: inputs keep their layout, references are right, guards catch what they
 should and leave nothing behind, and each checker accepts a right answer and names a wrong one.
 
 The custom Functions and engines used as fixtures come from the mutation catalogue of notebook 03
@@ -6,18 +6,17 @@ The custom Functions and engines used as fixtures come from the mutation catalog
 """
 import dataclasses
 import sys
-import tempfile
 from unittest import mock
 
+import mutation
 import pytest
 import torch
 import torch.nn.functional as F
-
-import mutation
-from autograder import checks, trusted
-from autograder import vjp_checks as vc
-from autograder.checks import GradingError
 from mutants import nb03_vjp as catalogue
+
+from autograder import checks
+from autograder.checks import GradingError, boundary
+from autograder.checks import vjps as vc
 
 
 def softmax_vjp(y, g, dim=-1):
@@ -318,17 +317,17 @@ def test_layer_norm_reference_uses_the_biased_variance():
 
 # --- trusted grading: the learner's code runs in drivers, the comparisons here ------------------------
 LSE_CELL = """
-from autograder import vjp_checks as vc
+from autograder.checks import vjps as vc
 vc.check_logsumexp("StableLogSumExp", StableLogSumExp, [vc.logsumexp_case((2, 3), dim=1, seed=13)])
 vc.check_gradchecks("StableLogSumExp", lambda: (lambda t: StableLogSumExp.apply(t, 1)), vc.tensor((3, 4), seed=16),
                     what="StableLogSumExp.apply(x, 1)")
 """
 STR_CELL = """
-from autograder import vjp_checks as vc
+from autograder.checks import vjps as vc
 vc.check_straight_through("StraightThroughRound", StraightThroughRound, [vc.rounding_cases(seed=15, shape=(2, 3))])
 """
 ENGINE_CELL = """
-from autograder import vjp_checks as vc
+from autograder.checks import vjps as vc
 vc.check_engine_expression("Tensor", Tensor, "((a * b + a).relu() * a).mean()", {"a": (3, 4), "b": (4,)}, seed=17)
 vc.check_engine_mlp("Tensor", Tensor, n_in=2, hidden=3, n_out=1, batch=4, seed=18)
 vc.check_engine_deep("Tensor", Tensor, steps=500)
@@ -382,7 +381,7 @@ def test_trusted_grading_passes_a_right_answer_and_only_data_comes_back(source, 
     assert err is None
     assert answers
     leaves = [leaf for answer in answers for leaf in flatten(answer)]
-    assert not [leaf for leaf in leaves if isinstance(leaf, (trusted.Opaque, trusted.Raised))]
+    assert not [leaf for leaf in leaves if isinstance(leaf, (boundary.Opaque, boundary.Raised))]
     assert any(isinstance(leaf, record) for leaf in leaves)
     assert any(isinstance(leaf, torch.Tensor) for leaf in leaves)
 

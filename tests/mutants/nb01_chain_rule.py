@@ -142,6 +142,7 @@ def tlb_autograd(x, W1, W2):
 @right_("two_layer_backward", "scalar by scalar, with explicit loops")
 def tlb_loops(x, W1, W2):
     import math
+
     import torch
     a = [W1[i, 0].item() * x[0].item() for i in range(2)]
     h = [1 / (1 + math.exp(-v)) for v in a]

@@ -627,6 +627,7 @@ def draw_source_text(root, highlight=None):
 @wrong_("draw_dot", "walks the graph as a tree: a node used twice is drawn twice")
 def draw_as_tree(root, highlight=None):
     import itertools
+
     import graphviz
     dot = graphviz.Digraph(graph_attr={"rankdir": "LR"})
     names = itertools.count()
@@ -663,6 +664,7 @@ def draw_without_ops(root, highlight=None):
 @right_("draw_dot", "breadth-first, names from a counter, plain-text labels with two decimals")
 def draw_breadth_first(root, highlight=None):
     import collections
+
     import graphviz
     dot = graphviz.Digraph(graph_attr={"rankdir": "LR"}, node_attr={"shape": "box"})
     names = {}

@@ -389,7 +389,8 @@ class ScalerNoneGrads(AltScaler):
 def _gradscaler_subclass():
     """Built in a function so that the import of its base class stays inside the entry."""
     import torch
-    from autograder.device import get_device
+
+    from autograder.learner.device import get_device
 
     class ScalerSubclassingGradScaler(torch.amp.GradScaler):
         def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
@@ -413,7 +414,8 @@ wrong_("DynamicLossScaler", "subclasses torch.amp.GradScaler (step() returns whe
 class ScalerWrappingGradScaler:
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
         from torch.amp import GradScaler
-        from autograder.device import get_device
+
+        from autograder.learner.device import get_device
         self.inner = GradScaler(get_device().type, init_scale=init_scale, growth_factor=growth_factor,
                                 backoff_factor=backoff_factor, growth_interval=growth_interval)
         self.calls = 0
@@ -575,6 +577,7 @@ def fp16_grads_as_dict(model, loss_fn, x, y, scale):
 @right_("scaled_fp16_grads", "loss computed in fp16 (y cast when it is floating point)")
 def fp16_grads_loss_in_fp16(model, loss_fn, x, y, scale):
     import copy
+
     import torch
     half = copy.deepcopy(model).half()
     for p in half.parameters():
@@ -644,7 +647,6 @@ def underflow_below_eps(t, dtype=None):
 
 @wrong_("underflow_fraction", "ignores dtype: always casts to fp16")
 def underflow_always_fp16(t, dtype=None):
-    import torch
     nonzero = t != 0
     count = int(nonzero.sum())
     return int(((t.half() == 0) & nonzero).sum()) / count if count else 0.0

@@ -209,7 +209,7 @@ def sb_float_only(fn, *inputs):
 
 @right_("saved_bytes", "the course's SavedTensorLedger")
 def sb_ledger(fn, *inputs):
-    from autograder.memory import SavedTensorLedger
+    from autograder.learner.memory import SavedTensorLedger
     with SavedTensorLedger() as ledger:
         fn(*inputs)
     return ledger.total_bytes
@@ -626,6 +626,7 @@ def ck_closure(fn, *args):
 @wrong_("checkpoint_sequential", "segments off by one: checkpoints the last segment too")
 def cs_last_checkpointed(blocks, segments, x):
     import functools
+
     import torch
 
     class Ckpt(torch.autograd.Function):
@@ -662,6 +663,7 @@ def cs_last_checkpointed(blocks, segments, x):
 def cs_ceil_size(blocks, segments, x):
     import functools
     import math
+
     import torch
 
     class Ckpt(torch.autograd.Function):
@@ -702,6 +704,7 @@ def cs_ceil_size(blocks, segments, x):
 @wrong_("checkpoint_sequential", "reads segments as the number of blocks per segment")
 def cs_segments_as_size(blocks, segments, x):
     import functools
+
     import torch
 
     class Ckpt(torch.autograd.Function):
@@ -746,6 +749,7 @@ def cs_plain(blocks, segments, x):
 @wrong_("checkpoint_sequential", "drops the blocks left over after the last full segment")
 def cs_drops_remainder(blocks, segments, x):
     import functools
+
     import torch
 
     class Ckpt(torch.autograd.Function):
@@ -821,6 +825,7 @@ def cs_late_binding(blocks, segments, x):
 @wrong_("checkpoint_sequential", "its checkpoint does not replay the RNG: dropout masks differ in backward")
 def cs_no_rng(blocks, segments, x):
     import functools
+
     import torch
 
     class Ckpt(torch.autograd.Function):
@@ -900,6 +905,7 @@ def cs_torch(blocks, segments, x):
 @right_("checkpoint_sequential", "precomputed segment bounds and functools.partial, its own checkpoint Function")
 def cs_partial(blocks, segments, x):
     import functools
+
     import torch
 
     class Ckpt(torch.autograd.Function):

@@ -20,8 +20,8 @@ import psutil
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader import utils
 
-from autograder import isolation, trusted
-from autograder.execution import SteadyNotebookClient
+from autograder.grader import isolation, trusted
+from autograder.grader.execution import SteadyNotebookClient
 
 
 @dataclasses.dataclass
@@ -42,7 +42,7 @@ class SandboxClient(SteadyNotebookClient):
     """nbclient with a cap on how much output one cell may keep, whose kernel may be jailed."""
 
     output_chars = 100_000
-    jail_plan = None  # how autograder.jail isolates the kernel, or None to start it plainly
+    jail_plan = None  # how autograder.grader.jail isolates the kernel, or None to start it plainly
     exchange = None  # the isolation.Exchange that holds the connection file
 
     def create_kernel_manager(self):
@@ -135,8 +135,8 @@ def run_notebook(nb, limits=Limits(), trusted_names=None, hidden=()):
 
     With `trusted_names` (the names the answers define), test cells run here in the grader's
     process instead of the kernel, and reach student code only through calls sent to the kernel
-    (see autograder/trusted.py). Where the grader is root on Linux, the kernel runs as a user of
-    its own that cannot see the `hidden` paths (see autograder/isolation.py).
+    (see autograder/grader/trusted.py). Where the grader is root on Linux, the kernel runs as a user of
+    its own that cannot see the `hidden` paths (see autograder/grader/isolation.py).
     """
     run_as = isolation.fresh_uid() if isolation.available() else None
     plan = isolation.jail_plan(run_as, hidden) if run_as is not None else None

@@ -2,7 +2,7 @@
 
 Three steps. (1) Here, one submission at a time: each notebook is sanitized as nbgrader's
 autograde does it (outputs cleared, test cells restored from the gradebook). (2) On Dask
-workers, in parallel: each runs in a sandbox (`autograder.sandbox`) with time, memory and output
+workers, in parallel: each runs in a sandbox (`autograder.grader.sandbox`) with time, memory and output
 limits; a local Dask cluster by default, any scheduler's address to spread over machines.
 (3) Here again, for each notebook as soon as all its submissions are back (while the workers
 go on with the next notebook): `nbgrader autograde` records the scores from the executed
@@ -26,11 +26,17 @@ import zipfile
 import nbformat
 from nbgrader import utils
 from nbgrader.api import Gradebook, MissingEntry
-from nbgrader.preprocessors import (CheckCellMetadata, ClearOutput, DeduplicateIds, NbGraderPreprocessor,
-                                    OverwriteCells, OverwriteKernelspec)
+from nbgrader.preprocessors import (
+    CheckCellMetadata,
+    ClearOutput,
+    DeduplicateIds,
+    NbGraderPreprocessor,
+    OverwriteCells,
+    OverwriteKernelspec,
+)
 
-from autograder import isolation, trusted
-from autograder.sandbox import Limits, error_output, run_notebook
+from autograder.grader import isolation, trusted
+from autograder.grader.sandbox import Limits, error_output, run_notebook
 
 EXECUTED_ENV = "COURSE_EXECUTED_DIR"
 
@@ -44,7 +50,7 @@ class Submission:
 
 def db_url(root: pathlib.Path) -> str:
     """The gradebook's address; opening it runs `alembic`, so this environment's scripts go on PATH."""
-    from autograder.cli import nbgrader_env
+    from autograder.grader.cli import nbgrader_env
     os.environ["PATH"] = nbgrader_env()["PATH"]
     return f"sqlite:///{root / 'gradebook.db'}"
 
@@ -127,7 +133,7 @@ def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=()
     """Run on a worker: execute one sanitized notebook in a sandbox, in a private folder.
 
     `trusted_names`: for a notebook graded in trusted mode, the names its answers define;
-    `hidden`: paths the kernel must not see (where it can be isolated, see autograder/isolation.py).
+    `hidden`: paths the kernel must not see (where it can be isolated, see autograder/grader/isolation.py).
     """
     nb = nbformat.reads(nb_json, as_version=4)
     began = time.monotonic()
@@ -191,7 +197,7 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
     """Grade every submission of `names`; return {(student, assignment): result}.
 
     Notebooks that opt in are graded in trusted mode (test cells run here, see
-    autograder/trusted.py) unless `plain`.
+    autograder/grader/trusted.py) unless `plain`.
     """
     from distributed import as_completed
     from tqdm import tqdm
@@ -241,7 +247,7 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
 
 def nbgrader_runner(root: pathlib.Path):
     """A function that runs one nbgrader command in the course root and fails loudly."""
-    from autograder.cli import nbgrader_env
+    from autograder.grader.cli import nbgrader_env
 
     def run(*args, env=None):
         result = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=root,

@@ -9,7 +9,7 @@ The first node whose gradient differs from PyTorch's is reported with its op, it
 contribution each of its users should have sent, so the message points at the local derivative
 that is wrong. The failure keeps the graph: `last_mismatch.draw()` draws it with that node in red.
 
-Drivers and verdicts are kept apart, so that trusted grading (autograder/trusted.py) works: the
+Drivers and verdicts are kept apart, so that trusted grading (autograder/grader/trusted.py) works: the
 learner's objects are touched only by DRIVERS (the `_run_*` functions), which each check runs
 through `checks.call_student` (`_drive`). A driver builds the graph, runs backward() and the
 like in the learner's kernel and returns plain data: per node its data, grad, op and inputs (a
@@ -33,7 +33,7 @@ import torch
 
 from autograder import checks
 from autograder.checks import GradingError
-from autograder.device import get_device
+from autograder.learner.device import get_device
 
 RTOL, ATOL = checks.TOLERANCES[torch.float64]
 MAX_DRAWN_NODES = 150  # GraphMismatch.draw() shows at most this many nodes around the culprit
@@ -623,7 +623,7 @@ def _explain_grad(exercise, tape, Value, i, data, ops, got, ref_grad, reference,
     elif got == 0.0:
         lines.append("  Nothing reached this node: does every operation set `out._backward`, and does backward() "
                      "call every node's _backward, in reverse topological order (the root first)?")
-    lines.append("  See it drawn, this node in red: show_graph(engine_checks.last_mismatch.draw())")
+    lines.append("  See it drawn, this node in red: show_graph(scalar_engine.last_mismatch.draw())")
     return "\n".join(lines), culprits
 
 

@@ -2,8 +2,8 @@
 
 Why: a question answered once and never again is soon forgotten; one that comes back, most
 often when it was missed, is kept. The schedule is a Leitner system over the quiz questions of
-the earlier notebooks (course order: the sorted names of ``autograder/quizzes/*.yaml``), read
-from the progress file (``autograder.progress``), so it depends on nothing else:
+the earlier notebooks (course order: the sorted names of ``autograder/learner/quizzes/*.yaml``), read
+from the progress file (``autograder.learner.progress``), so it depends on nothing else:
 
 - Every question sits in a box from 1 to 5; a question never answered is in box 1.
 - A *sitting* is one day in one notebook (the question's own notebook, or the one whose review
@@ -26,7 +26,7 @@ import importlib.resources
 
 from IPython.display import Markdown, display
 
-from autograder import progress, quiz
+from autograder.learner import progress, quiz
 
 BOXES = 5
 SECTION_ORDER = ("concept_check", "retrieve", "predict")
@@ -35,7 +35,7 @@ DEFAULT_COUNT = 5
 
 def course_notebooks() -> list:
     """The notebooks that have quizzes, in course order."""
-    folder = importlib.resources.files("autograder") / "quizzes"
+    folder = importlib.resources.files("autograder.learner") / "quizzes"
     return sorted(p.name[:-len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 

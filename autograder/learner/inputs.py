@@ -1,7 +1,7 @@
 """Seeded random inputs: the same seed gives the same tensor on every device."""
 import torch
 
-from autograder.device import get_device
+from autograder.learner.device import get_device
 
 
 def randn(*shape, seed, dtype=torch.float64, device=None, scale=1.0):

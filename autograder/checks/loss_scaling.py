@@ -21,7 +21,7 @@ step that differs is reported with the history up to it. The learner's run is wa
 it cannot call GradScaler (however it was imported, subclassed or wrapped) nor the private
 `torch._amp_*` kernels GradScaler is built on. Everything runs on `get_device()`.
 
-Trusted grading (`autograder.trusted`): the learner's code runs only inside the drivers
+Trusted grading (`autograder.grader.trusted`): the learner's code runs only inside the drivers
 (`run_on_callers_model`, `drive_learner`, `declared_defaults`), wherever the learner's code runs;
 they return plain data (tensors, numbers, `StepRecord`s in a `LearnerRun`). The references
 (float64 and plain fp16 gradients, GradScaler's run, GradScaler's defaults) and every comparison
@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import checks
-from autograder.checks import GradingError
-from autograder.device import get_device
+from autograder.checks import GradingError, student_calls
+from autograder.learner.device import get_device
 
 # --- underflow_fraction ---------------------------------------------------------------------------
 
@@ -85,11 +85,11 @@ def check_underflow_fraction(exercise, fn, t, dtype=None, *, what=""):
     got = checks.call_student(exercise, fn, *args, names=names)
     inputs = {"t": t, "dtype": dtype} if not what else {"t": f"{what}: {checks.describe(t)}", "dtype": dtype}
     if isinstance(got, bool) or not isinstance(got, float):
-        checks._fail(exercise, f"should return a Python float, got {type(got).__name__}: {checks.describe(got)}"
+        checks.fail(exercise, f"should return a Python float, got {type(got).__name__}: {checks.describe(got)}"
                                " (a 0-d tensor becomes one with .item())", inputs)
     expected = underflow_reference(t, dtype)
     if not abs(got - expected) <= 1e-6:
-        checks._fail(exercise, f"expected {expected:.6g}, got {got!r}", inputs, _explain_underflow(t, dtype))
+        checks.fail(exercise, f"expected {expected:.6g}, got {got!r}", inputs, _explain_underflow(t, dtype))
 
 
 def log_uniform(*shape, seed, low, high, zeros=0.0, dtype=torch.float32, device=None):
@@ -216,54 +216,54 @@ def _call_on_model(exercise, fn, model, loss_fn, x, y, scale):
     answer = checks.call_student(exercise, lambda m, f, a, b, s: run_on_callers_model(fn, m, grads, f, a, b, s),
                                  model, loss_fn, x, y, scale, names=["model", "loss_fn", "x", "y", "scale"])
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        checks._fail(exercise, f"no readable answer came back from your notebook: {checks.describe(answer)}")
+        checks.fail(exercise, f"no readable answer came back from your notebook: {checks.describe(answer)}")
     return answer
 
 
 def _check_untouched(exercise, after, snapshot, inputs):
     """`after`: the model's snapshot as the learner's call left it; `snapshot`: taken before, here."""
     if not isinstance(after, (list, tuple)) or not all(isinstance(e, (list, tuple)) and len(e) == 5 for e in after):
-        checks._fail(exercise, "the state of the caller's model did not come back from your notebook: "
+        checks.fail(exercise, "the state of the caller's model did not come back from your notebook: "
                                f"{checks.describe(after)}", inputs)
     now = {entry[0]: entry[1:] for entry in after}
     for name, value, dtype, requires_grad, grad in snapshot:
         if name not in now:
-            checks._fail(exercise, f"the caller's model lost its parameter {name!r}: work on a copy", inputs)
+            checks.fail(exercise, f"the caller's model lost its parameter {name!r}: work on a copy", inputs)
         p, p_dtype, p_requires_grad, p_grad = now[name]
         if p_dtype != dtype:
-            checks._fail(exercise, f"changed the caller's model: parameter {name!r} is now {p_dtype}, was {dtype} "
+            checks.fail(exercise, f"changed the caller's model: parameter {name!r} is now {p_dtype}, was {dtype} "
                                    "(model.half() converts in place: convert a copy, e.g. copy.deepcopy(model).half())",
                          inputs)
         if p_requires_grad != requires_grad:
-            checks._fail(exercise, f"changed requires_grad of the caller's parameter {name!r}", inputs)
+            checks.fail(exercise, f"changed requires_grad of the caller's parameter {name!r}", inputs)
         if not (isinstance(p, torch.Tensor) and p.shape == value.shape and torch.equal(p.to(value.dtype), value)):
             change = ((p.double() - value.double()).abs().max().item()
                       if isinstance(p, torch.Tensor) and p.shape == value.shape else math.inf)
-            checks._fail(exercise, f"changed the values of the caller's parameter {name!r} (max change "
+            checks.fail(exercise, f"changed the values of the caller's parameter {name!r} (max change "
                                    f"{change:.3g}): work on a copy", inputs)
         if (p_grad is None) != (grad is None) or (grad is not None and not (
                 isinstance(p_grad, torch.Tensor) and p_grad.shape == grad.shape and torch.equal(p_grad, grad))):
-            checks._fail(exercise, f"changed .grad of the caller's parameter {name!r}: compute the gradients on the "
+            checks.fail(exercise, f"changed .grad of the caller's parameter {name!r}: compute the gradients on the "
                                    "copy, and leave the caller's .grad as it was", inputs)
 
 
 def _check_structure(exercise, got, params, inputs):
     if not isinstance(got, (list, tuple)):
-        checks._fail(exercise, f"should return a list of tensors (one per parameter, in model.parameters() order), "
+        checks.fail(exercise, f"should return a list of tensors (one per parameter, in model.parameters() order), "
                                f"got {checks.describe(got)}", inputs)
     if len(got) != len(params):
-        checks._fail(exercise, f"returned {len(got)} gradients, the model has {len(params)} parameters", inputs)
+        checks.fail(exercise, f"returned {len(got)} gradients, the model has {len(params)} parameters", inputs)
     for i, ((name, p), g) in enumerate(zip(params, got)):
         if not isinstance(g, torch.Tensor):
-            checks._fail(exercise, f"gradient {i} ({name}) should be a tensor, got {checks.describe(g)}", inputs)
+            checks.fail(exercise, f"gradient {i} ({name}) should be a tensor, got {checks.describe(g)}", inputs)
         if g.shape != p.shape:
-            checks._fail(exercise, f"gradient {i} ({name}) has shape {tuple(g.shape)}, the parameter has "
+            checks.fail(exercise, f"gradient {i} ({name}) has shape {tuple(g.shape)}, the parameter has "
                                    f"{tuple(p.shape)} (is the order model.parameters()'s?)", inputs)
         if g.dtype != torch.float32:
-            checks._fail(exercise, f"gradient {i} ({name}) has dtype {g.dtype}: return float32 gradients "
+            checks.fail(exercise, f"gradient {i} ({name}) has dtype {g.dtype}: return float32 gradients "
                                    "(convert with .float() before dividing by the scale)", inputs)
         if g.device != p.device:
-            checks._fail(exercise, f"gradient {i} ({name}) is on {g.device}, the model on {p.device}", inputs)
+            checks.fail(exercise, f"gradient {i} ({name}) is on {g.device}, the model on {p.device}", inputs)
 
 
 def _hint(got, ref, scale):
@@ -305,7 +305,7 @@ def check_scaled_fp16_grads(exercise, fn, model, loss_fn, x, y, scales, *, toler
         if not all(torch.isfinite(g).all() for g in got) or errors[worst] > tolerance:
             details = (f"  relative error of the gradient of {params[worst][0]!r} against float64: {errors[worst]:.3g} "
                        f"(allowed {tolerance:g}; plain fp16 without scaling: {plain:.3g})\n  " + _hint(got, reference, scale))
-            checks._fail(exercise, "the scaled fp16 gradients are not close to the float64 reference", inputs, details)
+            checks.fail(exercise, "the scaled fp16 gradients are not close to the float64 reference", inputs, details)
         seen[f"yours, scale {scale:g}"] = errors[worst]
     if show:
         print(f"largest relative error against float64 on {what}: "
@@ -322,7 +322,7 @@ def check_shows_fp16(exercise, fn, model, loss_fn, x, y, *, gap=0.5, what="a mod
     _check_structure(exercise, got, list(model.named_parameters()), inputs)
     error = max(relative_errors(got, reference))
     if error < gap:
-        checks._fail(exercise, f"with scale=1 your gradients are as accurate as float32 ones (relative error {error:.3g}), "
+        checks.fail(exercise, f"with scale=1 your gradients are as accurate as float32 ones (relative error {error:.3g}), "
                                f"but an fp16 copy of this model loses them to underflow (error "
                                f"{max(relative_errors(fp16_grads(model, loss_fn, x, y), reference)):.3g}): run the copy in "
                                "float16 (copy.deepcopy(model).half(), inputs .half())", inputs)
@@ -472,7 +472,7 @@ def _no_private_kernels(exercise):
     finally:
         sys.setprofile(previous)
         if used:
-            checks._fail(exercise, f"called torch.{used[0]}, the kernel inside torch.amp.GradScaler: this exercise "
+            checks.fail(exercise, f"called torch.{used[0]}, the kernel inside torch.amp.GradScaler: this exercise "
                                    "asks you to write the check and the update yourself")
 
 
@@ -489,10 +489,10 @@ def _builtin(value):
 def _learner_call(exercise, where, fn, *args):
     try:
         return fn(*args)
-    except (GradingError, NotImplementedError, checks._TimeLimit):
+    except (GradingError, NotImplementedError, student_calls._TimeLimit):
         raise
     except Exception as err:  # the learner's method failed: say which call, at which step
-        checks._fail(exercise, f"{where} raised {type(err).__name__}: {err}")
+        checks.fail(exercise, f"{where} raised {type(err).__name__}: {err}")
 
 
 def drive_learner(exercise, scaler_class, stream, settings, unscale_first, clip):
@@ -517,7 +517,7 @@ def drive_learner(exercise, scaler_class, stream, settings, unscale_first, clip)
             loss_value = float(loss.detach())  # read before scale(), which might work in place
             scaled = _learner_call(exercise, at + "scale(loss)", scaler.scale, loss)
             if not isinstance(scaled, torch.Tensor) or not scaled.requires_grad:
-                checks._fail(exercise, f"{at}scale(loss) returned {checks.describe(scaled)}: it should return "
+                checks.fail(exercise, f"{at}scale(loss) returned {checks.describe(scaled)}: it should return "
                                        "loss * scale, a tensor that backward() can be called on")
             _learner_call(exercise, at + "scale(loss).backward()", scaled.backward)
             grads = None
@@ -653,7 +653,7 @@ def compare_records(exercise, stream, settings, ref, got, *, unscale_first=False
             legend = ", ".join(f"'{k}' {v}" for k, v in MEANINGS.items() if k in stream.pattern)
             if "B" in stream.pattern:
                 legend = legend.replace("inf once scaled", f"inf once scaled by >= {stream.overflow_from:g}")
-            checks._fail(
+            checks.fail(
                 exercise,
                 f"differs from torch.amp.GradScaler at step {step} of {stream}",
                 details=(f"  settings: {_settings_text(settings)}; each step: {mode}\n"
@@ -690,7 +690,7 @@ def check_defaults(exercise, scaler_class):
         return
     for name in DEFAULTS_CHECKED:
         if name in declared and not _same_default(declared[name], theirs[name].default):
-            checks._fail(exercise, f"the default of {name} is {declared[name]!r}; GradScaler's (and the "
+            checks.fail(exercise, f"the default of {name} is {declared[name]!r}; GradScaler's (and the "
                                    f"exercise's) is {theirs[name].default!r}")
 
 
@@ -703,12 +703,12 @@ def side_by_side(exercise, scaler_class, stream, *, unscale_first=False, clip=No
                                                               unscale_first, clip),
                               forbid=(gradscaler_class(),), time_limit=30.0)
     if not isinstance(run, LearnerRun):
-        checks._fail(exercise, f"no record of your scaler's run came back, got {checks.describe(run)}")
+        checks.fail(exercise, f"no record of your scaler's run came back, got {checks.describe(run)}")
     if not run.is_class:
-        checks._fail(exercise, f"expected a class, but the name holds {run.holds}")
+        checks.fail(exercise, f"expected a class, but the name holds {run.holds}")
     got = run.records
     if not isinstance(got, list) or len(got) != len(reference) or not all(isinstance(r, StepRecord) for r in got):
-        checks._fail(exercise, f"the record of your scaler's run is incomplete: {checks.describe(got)}")
+        checks.fail(exercise, f"the record of your scaler's run is incomplete: {checks.describe(got)}")
     compare_records(exercise, stream, settings, reference, got, unscale_first=unscale_first)
     return reference, got
 

@@ -4,7 +4,7 @@ Why a module of its own: checkpointing is graded on what an implementation keeps
 it runs a block, not only on the numbers it returns. The helpers here
 
 - count what backward keeps in two independent ways: through `saved_tensors_hooks`
-  (`autograder.memory.SavedTensorLedger`) and by
+  (`autograder.learner.memory.SavedTensorLedger`) and by
   walking the finished graph from its outputs and reading every node's saved variables
   (`graph_saved_bytes`), so that `saved_bytes` is checked against a count that uses no hooks;
 - build seeded test blocks with parameters and dropout that count their own forward calls
@@ -20,7 +20,7 @@ solution lives here: this package is installed on learners' machines. Student co
 through `autograder.checks.call_student` (time limit, no stderr, readable errors), with
 `torch.utils.checkpoint` forbidden however it was imported.
 
-Trusted grading (`autograder.trusted`): student code runs only inside drivers (closures passed
+Trusted grading (`autograder.grader.trusted`): student code runs only inside drivers (closures passed
 to `call_student`) that build the graph, run backward and return plain data: outputs, call
 counts, next random numbers, saved bytes as numbers (`SavedCounts`); gradients come back on the
 grader's copies of the blocks and inputs. The references and every comparison stay in the
@@ -39,8 +39,8 @@ from torch import nn
 
 from autograder import checks
 from autograder.checks import GradingError
-from autograder.device import get_device
-from autograder.memory import SavedTensorLedger
+from autograder.learner.device import get_device
+from autograder.learner.memory import SavedTensorLedger
 
 # What a learner must not call when asked to build checkpointing: the function, the sequential
 # helper and the reentrant Function behind them (the non-reentrant path starts in `checkpoint`).
@@ -202,7 +202,7 @@ class TestBlock(nn.Module):
 
 def block_inputs(kind, batch, width, *, seed, device=None, dtype=torch.float64):
     """The arguments of a TestBlock of `kind`: leaves that need grad, except the mask and the scale."""
-    from autograder import inputs as draw
+    from autograder.learner import inputs as draw
     device = device or get_device()
     x = draw.randn(batch, width, seed=seed, dtype=dtype, device=device).requires_grad_()
     if kind == "two":
@@ -218,7 +218,7 @@ def _as_tuple(out):
 
 
 def _upstream(outputs, seed):
-    from autograder import inputs as draw
+    from autograder.learner import inputs as draw
     return [draw.randn(*o.shape, seed=seed + 7 * i, dtype=o.dtype, device=o.device) for i, o in enumerate(outputs)]
 
 
@@ -533,7 +533,7 @@ def check_sequential_memory(exercise, student, n_blocks, segments, *, width=16, 
 UNIT_WIDTH = 256  # elements in one block activation of the unit-cost chain
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def unit_peaks(n_blocks) -> dict:
     """{segments: peak saved bytes} for torch's checkpoint_sequential over n_blocks equal blocks
     that each keep one activation the size of their input (a tanh), measured with the ledger."""

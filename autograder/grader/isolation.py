@@ -1,7 +1,7 @@
 """Keep a submission's kernel away from the grader's files and from other submissions.
 
 When the grader runs as root on Linux (a container, CI, a grading server), every kernel is
-started by `autograder.jail`: in a mount namespace of its own, where the course's secrets
+started by `autograder.grader.jail`: in a mount namespace of its own, where the course's secrets
 (solutions, hidden tests, the gradebook, other students' work) are covered by empty mounts, as
 a fresh user id with no groups, in a working folder only it can enter. So a kernel can neither
 read nor write them, and kernels of different students cannot see each other. Elsewhere a
@@ -45,7 +45,7 @@ def _needed_paths() -> set:
 
 
 def reachable_plan() -> dict:
-    """{folder others cannot enter: [its entries a kernel needs]}, for `autograder.jail`."""
+    """{folder others cannot enter: [its entries a kernel needs]}, for `autograder.grader.jail`."""
     plan = {}
     for path in _needed_paths():
         parts = pathlib.PurePath(path).parts
@@ -125,7 +125,7 @@ class Exchange:
 
 
 class IsolatedKernelManager(AsyncKernelManager):
-    """Starts the kernel through `autograder.jail` with `plan` (or plainly without one), with
+    """Starts the kernel through `autograder.grader.jail` with `plan` (or plainly without one), with
     its connection file in `exchange`."""
 
     def __init__(self, *args, plan=None, exchange=None, **kwargs):

@@ -1,4 +1,4 @@
-"""The ipywidgets face of the quizzes; all scoring and saving stays in ``autograder.quiz``.
+"""The ipywidgets face of the quizzes; all scoring and saving stays in ``autograder.learner.quiz``.
 
 Keyboard and screen readers: only native controls are used (radio inputs, ``<button>``s,
 ``<textarea>``), all reachable with Tab and worked with Space/Enter; every handler listens to
@@ -10,7 +10,7 @@ import string
 import ipywidgets as widgets
 from IPython.display import Markdown, display
 
-from autograder import quiz
+from autograder.learner import quiz
 
 RATING_TIPS = ("I did not know it", "I struggled to recall it", "I knew it", "It was easy")
 _LABEL_STYLE = {"description_width": "initial"}  # the whole description, not cut at 80 px

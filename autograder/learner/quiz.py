@@ -1,9 +1,9 @@
-"""Retrieval-practice quizzes: questions live in ``autograder/quizzes/<notebook>.yaml``.
+"""Retrieval-practice quizzes: questions live in ``autograder/learner/quizzes/<notebook>.yaml``.
 
 Two kinds of question: ``choice`` (pick one; immediate feedback with the reason) and ``recall``
 (type an answer, reveal the model answer, rate yourself 0-3). Every attempt is saved locally
-(see ``autograder.progress``). Where widgets cannot render, the same quiz works as plain text.
-Questions shown in a later notebook's opening review (``autograder.review``) are scored the same
+(see ``autograder.learner.progress``). Where widgets cannot render, the same quiz works as plain text.
+Questions shown in a later notebook's opening review (``autograder.learner.review``) are scored the same
 way; their attempts also carry ``"review": <the notebook that showed them>``.
 """
 import dataclasses
@@ -14,7 +14,7 @@ import string
 import yaml
 from IPython.display import Markdown, display
 
-from autograder import progress
+from autograder.learner import progress
 
 SECTIONS = ("predict", "retrieve", "concept_check")
 RATINGS = ("again", "hard", "good", "easy")
@@ -65,7 +65,7 @@ def _parse_question(notebook, section, raw):
 
 def load_quiz(notebook: str) -> dict:
     """{section: (title, [Question, ...])} for one notebook, validated."""
-    source = importlib.resources.files("autograder") / "quizzes" / f"{notebook}.yaml"
+    source = importlib.resources.files("autograder.learner") / "quizzes" / f"{notebook}.yaml"
     raw = yaml.load(source.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
     quiz, seen = {}, set()
     for section, body in raw["sections"].items():
@@ -141,7 +141,7 @@ def display_questions(questions, review: str = "", notes=()) -> None:
     `review`: the notebook whose opening review shows them; `notes`: a line per question saying why."""
     notes = list(notes) + [""] * (len(questions) - len(notes))
     if _widgets_available():
-        from autograder import quiz_widgets
+        from autograder.learner import quiz_widgets
         for number, (question, note) in enumerate(zip(questions, notes), 1):
             display(quiz_widgets.question_widget(question, number, review=review, note=note))
     else:

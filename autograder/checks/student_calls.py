@@ -1,7 +1,10 @@
-"""Compare a student's result with a PyTorch reference and say exactly what differs.
+"""Call a student's code so that whatever it does becomes a readable verdict.
 
-Hidden tests call these helpers instead of bare ``assert``s: every failure names the exercise,
-the input, the expected and the received value, and the largest errors.
+Every check reaches student code through `call_student`: a time limit, warnings and stderr kept
+out of the test cell, an exception turned into a message that names the input, and the guards an
+exercise asks for (no autograd, no call of the PyTorch feature it rebuilds). In trusted grading a
+call that involves a stand-in for a student name (`autograder.checks.boundary.StudentName`) goes
+to that stand-in's kernel instead, and only data comes back.
 """
 import contextlib
 import inspect
@@ -13,50 +16,33 @@ import warnings
 
 import torch
 
-# (rtol, atol) by dtype: torch.testing's defaults, written out so grading does not depend on them.
-TOLERANCES = {
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1.3e-6, 1e-5),
-    torch.float16: (1e-3, 1e-5),
-    torch.bfloat16: (1.6e-2, 1e-5),
-}
-SHOWN_ELEMENTS = 12
-
-
-class GradingError(AssertionError):
-    """A failed check whose message tells the learner what to fix."""
+from autograder.checks import boundary
+from autograder.checks.compare import GradingError, describe, expect_close, fail
 
 
 class _TimeLimit(BaseException):
     """Raised inside student code when it runs too long (BaseException: a bare except won't eat it)."""
 
 
-def describe(value) -> str:
-    """A short, readable description of an input or output."""
-    if isinstance(value, torch.Tensor):
-        head = f"tensor(shape={tuple(value.shape)}, dtype={value.dtype}, device={value.device})"
-        if value.numel() <= SHOWN_ELEMENTS:
-            return f"{head} = {value.detach().cpu().tolist()}"
-        return head
-    if callable(value):
-        return getattr(value, "__qualname__", None) or repr(value)
-    text = repr(value)
-    return text if len(text) <= 200 else text[:197] + "..."
+class UsedAnswerKey(BaseException):
+    """Raised when student code calls one of the grader's answer keys (`autograder.grader.keys`)."""
 
 
-def describe_inputs(inputs) -> str:
-    if not inputs:
-        return ""
-    return "\n".join(f"    {name} = {describe(value)}" for name, value in inputs.items())
+_running = threading.local()  # per thread: trusted grading's in-process kernel answers in a thread of its own
 
 
-def _fail(exercise, what, inputs=None, details=""):
-    message = f"{exercise}: {what}"
-    if inputs:
-        message += f"\n  on input:\n{describe_inputs(inputs)}"
-    if details:
-        message += "\n" + details
-    raise GradingError(message)
+def inside_student_call() -> bool:
+    """Whether this thread is running student code now; answer keys refuse to run there."""
+    return getattr(_running, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def _student_code():
+    _running.depth = getattr(_running, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _running.depth -= 1
 
 
 @contextlib.contextmanager
@@ -169,7 +155,7 @@ def forbidden(exercise, *things, inputs=None):
             used.append(by_code[frame.f_code])
 
     def report():
-        _fail(exercise, f"called {_qualified(used[0])}: this exercise asks you to build that yourself, "
+        fail(exercise, f"called {_qualified(used[0])}: this exercise asks you to build that yourself, "
                         "not to call PyTorch's version", inputs)
 
     previous = sys.getprofile()
@@ -187,20 +173,6 @@ def forbidden(exercise, *things, inputs=None):
         report()
 
 
-_ROUTE = None  # set by autograder.trusted while a test cell runs in the grader's own process
-
-
-@contextlib.contextmanager
-def routed(route):
-    """Send the student calls that `route.accepts` to `route.call` (trusted grading)."""
-    global _ROUTE
-    previous, _ROUTE = _ROUTE, route
-    try:
-        yield
-    finally:
-        _ROUTE = previous
-
-
 def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=False, forbid=()):
     """Call a student's function; turn any exception, warning or endless loop into a clear message.
 
@@ -208,30 +180,34 @@ def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=F
     rejects an answer that calls autograd instead of computing the derivative itself; `forbid`
     lists PyTorch functions or classes the answer must not call (see `forbidden`).
     """
-    if _ROUTE is not None and _ROUTE.accepts(fn, args):
-        return _ROUTE.call(exercise, fn, args, dict(names=names, time_limit=time_limit,
+    remote = boundary.remote_for(fn, args)
+    if remote is not None:  # trusted grading: this runs in the grader, the student's code in the kernel
+        return remote.call(exercise, fn, args, dict(names=names, time_limit=time_limit,
                                                     no_autograd=no_autograd, forbid=forbid))
     inputs = dict(zip(names or [f"arg{i}" for i in range(len(args))], args))
     if not callable(fn):
-        _fail(exercise, f"expected a function, but the name holds {describe(fn)}")
+        fail(exercise, f"expected a function, but the name holds {describe(fn)}")
     stderr = io.StringIO()
     guard = _autograd_forbidden(exercise) if no_autograd else contextlib.nullcontext()
     watch = forbidden(exercise, *forbid, inputs=inputs) if forbid else contextlib.nullcontext()
     try:
-        with watch, warnings.catch_warnings(), contextlib.redirect_stderr(stderr), _time_limit(time_limit), guard:
+        with (watch, warnings.catch_warnings(), contextlib.redirect_stderr(stderr), _time_limit(time_limit), guard,
+              _student_code()):
             warnings.simplefilter("ignore")
             return fn(*[_copy(a) for a in args])
     except NotImplementedError:
-        _fail(exercise, "not implemented yet: replace `raise NotImplementedError` with your code")
+        fail(exercise, "not implemented yet: replace `raise NotImplementedError` with your code")
     except _UsedAutograd:
-        _fail(exercise, "called autograd (backward, torch.autograd.grad or torch.func); "
+        fail(exercise, "called autograd (backward, torch.autograd.grad or torch.func); "
                         "this exercise asks you to compute the derivative yourself", inputs)
+    except UsedAnswerKey as used:
+        fail(exercise, f"called the course's answer key ({used}): write your own implementation", inputs)
     except _TimeLimit:
-        _fail(exercise, f"did not return within {time_limit:g} s: is there a loop that never ends?", inputs)
+        fail(exercise, f"did not return within {time_limit:g} s: is there a loop that never ends?", inputs)
     except GradingError:
         raise
     except Exception as err:  # any bug in student code becomes a readable failure
-        _fail(exercise, f"raised {type(err).__name__}: {err}", inputs)
+        fail(exercise, f"raised {type(err).__name__}: {err}", inputs)
 
 
 def input_change(fn, *args) -> float:
@@ -245,63 +221,6 @@ def input_change(fn, *args) -> float:
     changes = [0.0 if torch.equal(a, b) else float((a.double() - b.double()).abs().nan_to_num(float("inf")).max())
                for a, b in zip(args, before) if b is not None and b.numel()]
     return max(changes, default=0.0)
-
-
-def _check_meta(exercise, name, got, expected, inputs):
-    if not isinstance(got, torch.Tensor):
-        _fail(exercise, f"{name} should be a torch.Tensor, got {type(got).__name__}: {describe(got)}", inputs)
-    if got.shape != expected.shape:
-        _fail(exercise, f"{name} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}", inputs)
-    if got.dtype != expected.dtype:
-        _fail(exercise, f"{name} has dtype {got.dtype}, expected {expected.dtype}", inputs)
-    if got.device != expected.device:
-        _fail(exercise, f"{name} is on device {got.device}, expected {expected.device}", inputs)
-
-
-def _check_values(exercise, name, got, expected, inputs, rtol, atol):
-    got_d, exp_d = got.detach().double(), expected.detach().double()
-    nan_got, nan_exp = torch.isnan(got_d), torch.isnan(exp_d)
-    error = (got_d - exp_d).abs()
-    bad = (error > atol + rtol * exp_d.abs()) | (nan_got != nan_exp)
-    bad &= ~(nan_got & nan_exp)
-    bad |= torch.isinf(got_d) & (got_d != exp_d)
-    if not bad.any():
-        return
-    first = tuple(int(i) for i in bad.nonzero()[0])
-    finite = ~(nan_got | nan_exp)
-    max_abs = error[finite].max().item() if finite.any() else float("nan")
-    max_rel = (error / exp_d.abs().clamp_min(1e-300))[finite].max().item() if finite.any() else float("nan")
-    details = (
-        f"  first mismatch at index {first}: expected {exp_d[first].item():.6g}, got {got_d[first].item():.6g}\n"
-        f"  {int(bad.sum())} of {bad.numel()} elements differ; max abs error {max_abs:.3g}, "
-        f"max rel error {max_rel:.3g} (allowed: atol={atol:g}, rtol={rtol:g} for {expected.dtype})"
-    )
-    if nan_got.any() and not nan_exp.any():
-        details += "\n  your result contains NaN where the reference has none"
-    if expected.numel() <= SHOWN_ELEMENTS:
-        details += f"\n  expected: {exp_d.cpu().tolist()}\n  got:      {got_d.cpu().tolist()}"
-    _fail(exercise, f"wrong values in {name}", inputs, details)
-
-
-def expect_close(exercise, got, expected, *, inputs=None, names=None, rtol=None, atol=None):
-    """Check type, shape, dtype and device, then values with tolerances chosen by dtype.
-
-    `expected` is a tensor or a tuple of tensors; `names` labels the parts of a tuple.
-    """
-    if isinstance(expected, torch.Tensor):
-        parts_got, parts_exp, names = [got], [expected], names or ["the result"]
-    else:
-        if not isinstance(got, (tuple, list)):
-            _fail(exercise, f"should return a tuple of {len(expected)} tensors, got {describe(got)}", inputs)
-        if len(got) != len(expected):
-            _fail(exercise, f"should return {len(expected)} values, got {len(got)}", inputs)
-        parts_got, parts_exp = list(got), list(expected)
-        names = names or [f"output {i}" for i in range(len(expected))]
-    for name, g, e in zip(names, parts_got, parts_exp):
-        _check_meta(exercise, name, g, e, inputs)
-        default_rtol, default_atol = TOLERANCES.get(e.dtype, (0.0, 0.0))
-        _check_values(exercise, name, g, e, inputs,
-                      default_rtol if rtol is None else rtol, default_atol if atol is None else atol)
 
 
 def run_cases(exercise, student_fn, cases, options) -> dict:
@@ -322,10 +241,10 @@ def check_cases(exercise, student_fn, reference_fn, cases, *, no_autograd=False,
     ran = call_student(exercise, run_cases, exercise, student_fn, cases,
                        dict(no_autograd=no_autograd, forbid=forbid), time_limit=0)  # each case has its own limit
     if not isinstance(ran, dict) or not isinstance(ran.get("results"), list) or len(ran["results"]) > len(cases):
-        _fail(exercise, "no readable answer came back from your notebook")
+        fail(exercise, "no readable answer came back from your notebook")
     for case, got in zip(cases, ran["results"]):
         expect_close(exercise, got, reference_fn(*case.values()), inputs=case, **compare)
     if ran["failure"] is not None:
         raise GradingError(ran["failure"])
     if len(ran["results"]) < len(cases):
-        _fail(exercise, "no readable answer came back from your notebook")
+        fail(exercise, "no readable answer came back from your notebook")

@@ -14,14 +14,14 @@ through a DRIVER: a module-level function here (`walk_graph`, `raised_by`, `dist
 receives the inputs, calls the learner's function, does what must happen beside it (backward(), a
 saved-tensor ledger, weak references, .grad set beforehand, the grad mode) and returns plain data:
 values, gradients, counts, the records below. A driver runs wherever the learner's code runs (in
-trusted grading, the notebook's kernel; see autograder/trusted.py), which is where an autograd graph
+trusted grading, the notebook's kernel; see autograder/grader/trusted.py), which is where an autograd graph
 can live: graphs never cross to the grader, so they are built in the driver, from builders or seeds.
 The checks compare that data with the PyTorch reference in their own process, so no verdict is
 taken where the learner's code could reach it. `call_student` copies the tensors it is given
 positionally (detached), so a driver gets the tensors whose graph or .grad matters through a
 closure, or builds them itself.
 
-Weights and data come from `autograder.inputs` (drawn on the CPU from a seed, then moved), so a
+Weights and data come from `autograder.learner.inputs` (drawn on the CPU from a seed, then moved), so a
 check grades the same numbers on every device. `draw_autograd_graph` draws a PyTorch graph for the
 notebook.
 """
@@ -38,10 +38,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder import checks, inputs
-from autograder.checks import GradingError, call_student, expect_close
-from autograder.device import get_device
-from autograder.memory import SavedTensorLedger
+from autograder import checks
+from autograder.checks import GradingError, boundary, call_student, expect_close
+from autograder.learner import inputs
+from autograder.learner.device import get_device
+from autograder.learner.memory import SavedTensorLedger
 
 # float32 results that sum the same terms in another order (chunks, kl_div vs a hand formula)
 # differ in the last bits; every wrong answer caught here is off by far more.
@@ -292,8 +293,7 @@ def _grad_fn_hint(got, expected):
 
 def _type_name(value):
     """The class name of a value, or of what it stood for when it came back from the kernel as a stand-in."""
-    from autograder import trusted  # the grader's side only: plain grading never needs it
-    return value.type_name if isinstance(value, (trusted.Opaque, trusted.Raised)) else type(value).__name__
+    return value.type_name if isinstance(value, (boundary.Opaque, boundary.Raised)) else type(value).__name__
 
 
 def check_grad_fn_names(exercise, fn, graphs, time_limit=10.0):

@@ -1,7 +1,7 @@
 """Start a kernel as an unprivileged user that cannot see the course's secrets (Linux, as root).
 
-Run as `python -I -S .../autograder/jail.py '<json plan>' -- <kernel command>` by the grader (see
-autograder/isolation.py). In a mount namespace of its own, it
+Run as `python -I -S .../autograder/grader/jail.py '<json plan>' -- <kernel command>` by the grader (see
+autograder/grader/isolation.py). In a mount namespace of its own, it
 1. hides each path of `hide` (an empty tmpfs over a folder, an empty file over a file);
 2. makes Python reachable where it lives under a folder other users cannot enter (e.g. a
    pyenv in /root): that folder is covered by a tmpfs holding only the needed entries;

@@ -1,7 +1,7 @@
 """Grading helpers for notebook 03 (vector-Jacobian products).
 
 Every VJP exercise is graded the same way. A grade cell lists its cases (shapes, dtype, memory
-layout, seed); a case builder here draws the inputs with `autograder.inputs` on `get_device()` and
+layout, seed); a case builder here draws the inputs with `autograder.learner.inputs` on `get_device()` and
 computes the expected gradients with `torch.autograd.grad` through the PyTorch operation itself
 (`F.linear`, `torch.softmax`, `F.layer_norm`, broadcasting, ...). `check_vjp` then runs the learner's
 function on a private copy of the inputs (same strides: a transposed or sliced input stays
@@ -22,7 +22,7 @@ is closed-form; `gradcheck` and `gradgradcheck` run afterwards, in float64. The 
 (`Tensor`) is graded on expressions written once as text and evaluated twice: on the learner's
 `Tensor`s and on PyTorch tensors that require grad.
 
-Trusted grading (`autograder.trusted`): whatever touches the learner's code (the VJP call, the
+Trusted grading (`autograder.grader.trusted`): whatever touches the learner's code (the VJP call, the
 "is it a torch.autograd.Function" check, apply() and the direct backward call, the gradient through
 the engine, gradcheck, building and differentiating an expression with the learner's `Tensor`) runs
 in a driver passed to `checks.call_student`, so in the kernel; drivers return data only (tensors,
@@ -39,8 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from autograder import checks, inputs
-from autograder.device import get_device
+from autograder import checks
+from autograder.learner import inputs
+from autograder.learner.device import get_device
 
 LAYOUTS = ("contiguous", "transposed", "sliced")
 ALLOCATION_FACTOR = 4      # a VJP may allocate tensors up to this many times its largest input...
@@ -55,7 +56,6 @@ def dtype_layouts(i):
     return [(torch.float64, LAYOUTS[i % 3]), (torch.float32, LAYOUTS[(i + 1) % 3])]
 
 
-_fail = checks._fail  # the one GradingError format: exercise, what is wrong, the input, details
 
 
 def tolerances(dtype):
@@ -316,15 +316,15 @@ def watched(exercise, shown, *, forbidden_ops=(), forbidden_calls=(), limit_byte
 
 def _report(exercise, shown, watch, called, limit_bytes):
     if called:
-        _fail(exercise, f"called {called[0]}(), which does this exercise's whole job in one call: "
+        checks.fail(exercise, f"called {called[0]}(), which does this exercise's whole job in one call: "
               "write the reduction yourself", shown)
     if watch.used:
         if BACKWARD_KERNEL_HINT in watch.used:
-            _fail(exercise, f"called PyTorch's own backward kernel {watch.used}: this exercise asks "
+            checks.fail(exercise, f"called PyTorch's own backward kernel {watch.used}: this exercise asks "
                   "you to write the vector-Jacobian product yourself", shown)
-        _fail(exercise, f"called {watch.used}, which this exercise asks you to build yourself", shown)
+        checks.fail(exercise, f"called {watch.used}, which this exercise asks you to build yourself", shown)
     if limit_bytes is not None and watch.largest[0] > limit_bytes:
-        _fail(exercise, f"allocated a tensor of shape {watch.largest[1]} ({human_bytes(watch.largest[0])}) "
+        checks.fail(exercise, f"allocated a tensor of shape {watch.largest[1]} ({human_bytes(watch.largest[0])}) "
               f"while the largest input holds {human_bytes(limit_bytes // ALLOCATION_FACTOR)}. "
               "A VJP needs no Jacobian and no per-example products: every intermediate can be "
               "the size of an input or an output", shown)
@@ -376,7 +376,7 @@ def check_function_class(exercise, cls):
     facts = checks.call_student(exercise, function_class_facts, cls, names=["the class"])
     is_function, text = facts if isinstance(facts, tuple) and len(facts) == 2 else (False, checks.describe(facts))
     if is_function is not True:
-        _fail(exercise, f"should be a subclass of torch.autograd.Function (with static forward and "
+        checks.fail(exercise, f"should be a subclass of torch.autograd.Function (with static forward and "
               f"backward methods, called through .apply), got {text}")
 
 
@@ -385,13 +385,13 @@ def _unpack_backward(exercise, result, n_inputs, shown):
     if isinstance(result, torch.Tensor) and n_inputs == 1:
         return result
     if not isinstance(result, (tuple, list)):
-        _fail(exercise, f"backward should return a tuple of {n_inputs} values (one per input of forward; "
+        checks.fail(exercise, f"backward should return a tuple of {n_inputs} values (one per input of forward; "
               f"None for inputs that are not tensors), got {checks.describe(result)}", shown)
     if len(result) != n_inputs:
-        _fail(exercise, f"backward returned {len(result)} values; forward takes {n_inputs} inputs, so it "
+        checks.fail(exercise, f"backward returned {len(result)} values; forward takes {n_inputs} inputs, so it "
               "must return one gradient per input (None for a non-tensor input such as dim)", shown)
     if any(r is not None for r in result[1:]):
-        _fail(exercise, "backward should return None for the non-tensor inputs of forward", shown)
+        checks.fail(exercise, "backward should return None for the non-tensor inputs of forward", shown)
     return result[0]
 
 
@@ -424,11 +424,11 @@ def _run_function(exercise, cls, x, extra, g, shown, forbidden_ops):
     run = checks.call_student(exercise, forward_and_backward, x, *extra,
                               names=["x", *[f"arg{i}" for i in range(1, 1 + len(extra))]], no_autograd=True)
     if not isinstance(run, FunctionRun):
-        _fail(exercise, f"no readable answer came back from your Function (got {checks.describe(run)})", shown)
+        checks.fail(exercise, f"no readable answer came back from your Function (got {checks.describe(run)})", shown)
     if not isinstance(run.out, torch.Tensor):
-        _fail(exercise, f"forward should return a tensor, got {checks.describe(run.out)}", shown)
+        checks.fail(exercise, f"forward should return a tensor, got {checks.describe(run.out)}", shown)
     if not run.own_node:
-        _fail(exercise, f"the output's grad_fn is {run.node}, not this "
+        checks.fail(exercise, f"the output's grad_fn is {run.node}, not this "
               "Function's backward: return the result of forward itself (not a view or a "
               "copy made afterwards) and call the class through .apply", shown)
     return run.out, _unpack_backward(exercise, run.grads, 1 + len(extra), shown)
@@ -490,7 +490,7 @@ def check_logsumexp(exercise, cls, cases_):
         out, grad = _run_function(exercise, cls, case.x, case.extra, case.g, case.shown,
                                   forbidden_ops=("aten::logsumexp",))
         if not torch.isfinite(out).all() and torch.isfinite(case.expected_out).all():
-            _fail(exercise, f"forward returned {out.detach().cpu().tolist() if out.numel() <= 12 else 'non-finite values'}"
+            checks.fail(exercise, f"forward returned {out.detach().cpu().tolist() if out.numel() <= 12 else 'non-finite values'}"
                   " where torch.logsumexp is finite: exp overflows (or underflows to 0) unless you "
                   "subtract the maximum first", case.shown)
         checks.expect_close(exercise, out.detach(), case.expected_out, inputs=case.shown, names=["logsumexp(x)"],
@@ -541,9 +541,9 @@ def check_gradchecks(exercise, make_fn, x, *, what):
     if verdict is None:
         return
     if not (isinstance(verdict, tuple) and len(verdict) == 3 and verdict[0] in GRADCHECK_EXPLANATIONS):
-        _fail(exercise, f"gradcheck gave no readable verdict (got {checks.describe(verdict)})", shown)
+        checks.fail(exercise, f"gradcheck gave no readable verdict (got {checks.describe(verdict)})", shown)
     check, error, first = verdict
-    _fail(exercise, f"{check} failed: {GRADCHECK_EXPLANATIONS[check]}.\n  PyTorch said: {error}: {first}", shown)
+    checks.fail(exercise, f"{check} failed: {GRADCHECK_EXPLANATIONS[check]}.\n  PyTorch said: {error}: {first}", shown)
 
 
 def check_straight_through(exercise, cls, cases_):
@@ -616,14 +616,14 @@ def _engine_value(exercise, node, what, shown):
     data = getattr(node, "data", None) if isinstance(node, EngineNode) else None
     if not isinstance(data, torch.Tensor):
         got = node.text if isinstance(node, EngineNode) else checks.describe(node)
-        _fail(exercise, f"{what} should be one of your Tensors, whose .data is a torch tensor; got {got}", shown)
+        checks.fail(exercise, f"{what} should be one of your Tensors, whose .data is a torch tensor; got {got}", shown)
     return data
 
 
 def _engine_grad(exercise, node, what, shown):
     grad = getattr(node, "grad", None) if isinstance(node, EngineNode) else None
     if not isinstance(grad, torch.Tensor):
-        _fail(exercise, f"after backward(), {what}.grad should be a torch tensor shaped like its data, got "
+        checks.fail(exercise, f"after backward(), {what}.grad should be a torch tensor shaped like its data, got "
               f"{checks.describe(grad)}", shown)
     return grad
 
@@ -636,7 +636,7 @@ def _call_engine(exercise, step, shown, *, time_limit=20.0):
             with checks.recursion_headroom():
                 return step()
         except RecursionError as err:
-            _fail(exercise, f"backward() raised RecursionError ({err}): walk the graph with a loop and "
+            checks.fail(exercise, f"backward() raised RecursionError ({err}): walk the graph with a loop and "
                   "an explicit stack, not with a function that calls itself", shown)
 
     return checks.call_student(exercise, guarded, *shown.values(), names=list(shown), no_autograd=True,
@@ -654,7 +654,7 @@ def run_engine(exercise, Tensor, expression, leaves, constants=None, *, shown=No
         root = eval(expression, {"__builtins__": {}}, {**(constants or {}), **mine})  # noqa: S307 (grader's own text)
         backward = getattr(root, "backward", None)
         if backward is None:
-            _fail(exercise, f"the expression gave {checks.describe(root)}, not one of your Tensors", shown)
+            checks.fail(exercise, f"the expression gave {checks.describe(root)}, not one of your Tensors", shown)
         with watched(exercise, shown):
             backward()
         return engine_node(root), {name: engine_node(node) for name, node in mine.items()}
@@ -773,10 +773,10 @@ def check_engine_training(exercise, Tensor, hidden=16, steps=150, lr=0.1, seed=0
                       for k in list(range(0, steps, every)) + [steps - 1])
     for k, (a, b) in enumerate(zip(mine, reference)):
         if not abs(a - b) <= atol + rtol * abs(b):
-            _fail(exercise, f"the training loss differs from PyTorch's from step {k} on "
+            checks.fail(exercise, f"the training loss differs from PyTorch's from step {k} on "
                   f"(yours {a:.10g}, PyTorch {b:.10g}): a gradient is wrong", shown, trace)
     if not mine[-1] * min_drop <= mine[0]:
-        _fail(exercise, f"the loss fell from {mine[0]:.4g} to {mine[-1]:.4g} only; it should fall by at "
+        checks.fail(exercise, f"the loss fell from {mine[0]:.4g} to {mine[-1]:.4g} only; it should fall by at "
               f"least {min_drop:g} times", shown, trace)
 
 

@@ -1,9 +1,9 @@
 """The learner's local progress file: every quiz attempt and visible-test run, appended, never lost.
 
 The file lives at ``$COURSE_PROGRESS`` if set, else ``~/.backprop-course/progress.json``. It holds
-``attempts`` (quiz answers, see ``autograder.quiz``; those given in a notebook's opening review
+``attempts`` (quiz answers, see ``autograder.learner.quiz``; those given in a notebook's opening review
 also carry ``"review": <that notebook>``) and ``tests`` (one entry per run of a test cell, recorded
-by ``track_tests``). ``autograder.progress_view.show()`` draws both.
+by ``track_tests``). ``autograder.learner.progress_view.show()`` draws both.
 """
 import datetime
 import json
@@ -138,6 +138,6 @@ def track_tests(notebook: str, shell=None) -> None:
 
 
 def show() -> None:
-    """Your progress as one figure (``autograder.progress_view.show``)."""
-    from autograder import progress_view  # drawing needs matplotlib; recording does not
+    """Your progress as one figure (``autograder.learner.progress_view.show``)."""
+    from autograder.learner import progress_view  # drawing needs matplotlib; recording does not
     progress_view.show()

@@ -2,13 +2,13 @@
 
 `release [--check] [NOTEBOOK ...]` regenerates the student notebooks in notebooks/ from the nbgrader source in
 solutions/ (solutions replaced by stubs, hidden tests removed, outputs cleared) and puts the Colab
-first cell in each (autograder/colab.py; solutions/ never hold it). It works in a temporary course
+first cell in each (autograder/grader/colab.py; solutions/ never hold it). It works in a temporary course
 directory, so the instructor's own gradebook and folders are never touched. It also points the
-README's "Open in Colab" links at the repository that autograder/colab.py names.
+README's "Open in Colab" links at the repository that autograder/grader/colab.py names.
 
 `grade [NOTEBOOK ...]` grades every submission in submitted/ (or a folder of LMS .zip
 downloads) in parallel, records the scores in nbgrader's gradebook and writes a report; see
-autograder/classgrade.py.
+autograder/grader/classgrade.py.
 """
 import argparse
 import json
@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from autograder import colab
+from autograder.grader import colab
 
 
 def assignments(root: pathlib.Path) -> list:
@@ -86,8 +86,8 @@ def release(root: pathlib.Path, names: list, check: bool) -> int:
 
 
 def grade(args) -> int:
-    from autograder import classgrade, report
-    from autograder.sandbox import Limits
+    from autograder.grader import classgrade, report
+    from autograder.grader.sandbox import Limits
 
     root = args.root.resolve()
     names = args.notebooks or assignments(root)

@@ -1,8 +1,8 @@
 """Your progress as one figure: per notebook, quiz answers over time and the visible tests' results.
 
-``show()`` reads the progress file (``autograder.progress``) and draws, for every notebook with
+``show()`` reads the progress file (``autograder.learner.progress``) and draws, for every notebook with
 anything recorded, a row of two plots: the share of quiz questions answered right per day (each
-question counted once per sitting, as the review schedule counts it, see ``autograder.review``),
+question counted once per sitting, as the review schedule counts it, see ``autograder.learner.review``),
 and a grid of the exercises whose test cells you ran × your latest runs of each, passed or failed.
 The figure carries a text summary as its alt text. An exercise appears once its test cell has run
 with tracking on (``progress.track_tests(...)`` in the notebook's set-up cell).
@@ -11,11 +11,11 @@ import collections
 import datetime
 
 import matplotlib.dates as mdates
+import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
-import matplotlib.pyplot as plt
 
-from autograder import plotting, progress, review
+from autograder.learner import plotting, progress, review
 
 RUNS = 8  # latest runs drawn per exercise
 # colour, hatching and a symbol: each alone tells pass from fail (in greyscale, for colour blindness)

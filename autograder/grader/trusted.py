@@ -1,0 +1,152 @@
+"""Grade where student code cannot reach: test cells run in the grader's process, not the kernel's.
+
+In plain nbgrader the test cells run in the student's kernel, so a submission can patch
+`torch.allclose`, the `autograder` helpers or builtins and pass everything. In trusted mode the
+grader runs each test cell itself, in its own process. The student's names are stand-ins
+(`autograder.checks.boundary.StudentName`) bound to a `Remote`; when a check calls one through
+`call_student`, the call is sent to the kernel (`autograder.checks.kernel`), run there with the
+usual guards (time limit, no autograd, ...), and only data comes back: tensors, numbers, strings
+and containers of them, read with `torch.load(weights_only=True)`, so a
+submission cannot smuggle code into the grader. References, tolerances and hidden tests never
+enter the kernel. A notebook opts in with `metadata["course"]["trusted_grading"] = True` once its
+test cells touch student code only through `call_student`.
+"""
+import ast
+import contextlib
+import functools
+import types
+
+import cloudpickle
+import nbformat
+import torch
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+from autograder.checks import boundary
+from autograder.checks.compare import GradingError
+
+
+class KernelDied(Exception):
+    """The kernel ended, or stopped answering, while it ran a student call."""
+
+    def __init__(self, timed_out=False):
+        super().__init__("the kernel stopped answering" if timed_out else "the kernel died")
+        self.timed_out = timed_out
+
+
+def opted_in(nb) -> bool:
+    return bool(nb.metadata.get("course", {}).get("trusted_grading"))
+
+
+def student_names(solution_sources) -> list:
+    """Names the answer cells define at top level (functions, classes, assignments)."""
+    names = set()
+    for source in solution_sources:
+        for node in ast.parse(source).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return sorted(names)
+
+
+def _holds_state(value):
+    """Modules, optimizers and leaves that require grad: what a student call may rightly change.
+    Other tensors are inputs; they are not taken back, so a kernel cannot rewrite them."""
+    return isinstance(value, (torch.nn.Module, torch.optim.Optimizer)) or (
+        isinstance(value, torch.Tensor) and value.is_leaf and value.requires_grad)
+
+
+def state_holders(fn, args) -> list:
+    """Modules, optimizers and leaves that require grad which a call can reach through its
+    arguments or the closures of the functions it ships: their state comes back after the call."""
+    found, seen = [], set()
+
+    def visit(value):
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if _holds_state(value):
+            found.append(value)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                visit(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+        elif isinstance(value, functools.partial):
+            visit(value.func), visit(value.args), visit(value.keywords)
+        elif isinstance(value, types.FunctionType):
+            for cell in value.__closure__ or ():
+                visit(boundary.cell_value(cell, None))
+            if value.__module__ in (None, "__main__"):  # a test-cell function: shipped with its globals
+                for container, key in boundary.references(value):
+                    visit(boundary.cell_value(container, key))
+
+    for value in (fn, *args):
+        visit(value)
+    return found
+
+
+
+class Remote:
+    """Sends student calls to the kernel through an nbclient client, one code cell per call.
+
+    Requests and answers pass through `exchange` (an `isolation.Exchange`), a folder the grader owns.
+    """
+
+    def __init__(self, client, nb, index, exchange):
+        self.client, self.nb, self.index, self.exchange = client, nb, index, exchange
+        self.calls = 0
+
+    def _run(self, code):
+        original = self.nb.cells[self.index]
+        try:
+            self.client.execute_cell(nbformat.v4.new_code_cell(code), self.index)
+        finally:
+            self.nb.cells[self.index] = original
+
+    def ask(self, request, response):
+        """Have the kernel answer the request file into the response file."""
+        try:
+            self._run(f"__import__('autograder.checks.kernel', fromlist=['serve']).serve({str(request)!r}, {str(response)!r})")
+        except (DeadKernelError, CellTimeoutError) as err:
+            raise KernelDied(timed_out=isinstance(err, CellTimeoutError)) from err
+
+    def call(self, exercise, fn, args, options):
+        self.calls += 1
+        holders = state_holders(fn, args)
+        before = [boundary.state_after(h) for h in holders]
+        request = self.exchange.new_file(".in", cloudpickle.dumps((exercise, fn, list(args), options, holders, before)))
+        response = self.exchange.new_file(".out", for_kernel=True)
+        try:
+            self.ask(request, response)
+            payload = torch.load(response, weights_only=True)
+        except (KernelDied, GradingError):
+            raise
+        except Exception as err:  # missing, or not plain data: the kernel did not answer honestly
+            raise GradingError(f"{exercise}: no readable answer came back from your notebook ({type(err).__name__})")
+        finally:
+            for path in (request, response):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        if "failure" in payload:
+            raise GradingError(payload["failure"])
+        try:
+            for holder, state in zip(holders, payload["after"]):
+                boundary.apply_state(holder, state)
+        except GradingError as err:
+            raise GradingError(f"{exercise}: {err}") from None
+        return boundary.decode(payload["result"], holders)
+
+
+def run_grade_cell(source, names, remote):
+    """Run one test cell here, with student calls routed to the kernel; return the error or None."""
+    namespace = {"__name__": "__main__", **{n: boundary.StudentName(n, remote) for n in names}}
+    try:
+        exec(compile(source, "<test cell>", "exec"), namespace)
+    except KernelDied:
+        raise
+    except Exception as err:  # the test cell failed: that is the verdict we record
+        return err
+    return None
