@@ -1,12 +1,11 @@
 """nbgrader configuration for the course: run nbgrader commands from the repository root."""
-import os
-
 from nbgrader.converters import Autograde, GenerateFeedback
-from nbgrader.preprocessors import Execute
+from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, Execute, SaveAutoGrades
 
-from autograder.grader.classgrade import EXECUTED_ENV, SANITIZE, Recorded
 from autograder.grader.execution import SteadyClientMixin
 from autograder.grader.feedback import HideHiddenTests
+from autograder.grader.recording import BoundedPartialCredit
+from autograder.grader.sanitize import RestoreFromSource
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
@@ -32,16 +31,20 @@ class SteadyExecute(SteadyClientMixin, Execute):
     """nbgrader's Execute, without the stall that widget cells cause (see autograder/grader/execution.py)."""
 
 
-# A duplicated test cell must not fail the whole notebook (see classgrade.DropDuplicateIds).
-c.Autograde.sanitize_preprocessors = SANITIZE
+# Each submitted notebook is rebuilt from the gradebook's source cells (autograder/grader/sanitize.py):
+# a duplicated, added, retyped or re-flagged grade cell cannot fail the whole notebook or earn
+# points, and a test cell that is just as released (hidden tests removed) is restored without
+# nbgrader's "checksum has changed" warning; only a real edit is logged.
+c.Autograde.sanitize_preprocessors = [ClearOutput, RestoreFromSource, CheckCellMetadata]
 
-# `backprop-course grade` has already run each submission in a sandbox, in parallel: nbgrader
-# then records the scores from those runs instead of executing the notebooks again.
-_run = Recorded if os.environ.get(EXECUTED_ENV) else SteadyExecute
-c.Autograde.autograde_preprocessors = [
-    _run if step is Execute else step
-    for step in Autograde.class_traits()["autograde_preprocessors"].default()
-]
+# Execution without the widget stall; a test cell's last value counts as partial credit only
+# between 0 and its points (nbgrader would raise on more and give full marks for less than 0).
+_steps = []
+for _step in Autograde.class_traits()["autograde_preprocessors"].default():
+    if _step is SaveAutoGrades:
+        _steps.append(BoundedPartialCredit)
+    _steps.append(SteadyExecute if _step is Execute else _step)
+c.Autograde.autograde_preprocessors = _steps
 
 # nbgrader scores a test cell that writes to stderr as 0; library warnings must not cost points.
 c.IgnorePattern.enabled = True

@@ -17,7 +17,7 @@ import mutants
 import nbformat
 import pytest
 
-from autograder.grader.cli import nbgrader_env
+from autograder.grader.nbgrader_run import nbgrader_env
 
 NAMES = course.assignment_names()
 

@@ -1,132 +1,72 @@
 """Grade a whole class: every submission of one or all notebooks, in parallel, into nbgrader's gradebook.
 
-Three steps. (1) Here, one submission at a time: each notebook is sanitized as nbgrader's
-autograde does it (outputs cleared, test cells restored from the gradebook). (2) On Dask
-workers, in parallel: each runs in a sandbox (`autograder.grader.sandbox`) with time, memory and output
-limits; a local Dask cluster by default, any scheduler's address to spread over machines.
-(3) Here again, for each notebook as soon as all its submissions are back (while the workers
-go on with the next notebook): `nbgrader autograde` records the scores from the executed
-notebooks instead of running them a second time, so the gradebook, `nbgrader export`,
-`generate_feedback` and the formgrader work as usual.
+Three steps. (1) Here, one submission at a time: its file is read without following links and
+within a size limit, parsed, and rebuilt from the assignment's source as nbgrader's autograde
+would sanitize it (`autograder.grader.submissions`, `autograder.grader.sanitize`); a file that
+cannot be read is that student's 0, with the reason. (2) On Dask workers, in parallel: each
+notebook runs in a sandbox (`autograder.grader.sandbox`) with time, memory and output limits;
+a local Dask cluster by default (TLS on loopback, workers with a memory limit), any scheduler's
+address to spread over machines. (3) Here again, as each notebook comes back: its scores go
+into the gradebook in one session and its autograded copy into autograded/
+(`autograder.grader.recording`), so `nbgrader export`, `generate_feedback` and the formgrader
+work as usual. The cluster starts in the background while step (1) runs.
 """
-import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import ipaddress
 import logging
-import os
 import pathlib
-import re
-import subprocess
 import sys
-import tempfile
 import time
-import zipfile
+import urllib.parse
 
 import nbformat
 from nbgrader import utils
 from nbgrader.api import Gradebook, MissingEntry
-from nbgrader.preprocessors import (
-    CheckCellMetadata,
-    ClearOutput,
-    DeduplicateIds,
-    NbGraderPreprocessor,
-    OverwriteCells,
-    OverwriteKernelspec,
-)
 
-from autograder.grader import isolation, trusted
-from autograder.grader.sandbox import Limits, error_output, run_notebook
+from autograder.grader import isolation, recording, sanitize, submissions, trusted
+from autograder.grader.nbgrader_run import nbgrader_runner, with_scripts_on_path
+from autograder.grader.sandbox import Limits, run_notebook
 
-EXECUTED_ENV = "COURSE_EXECUTED_DIR"
+WORKER_MEMORY_MB = 3072  # the grader's side of a worker (trusted test cells); kernels have their own limit
 
 
-@dataclasses.dataclass(frozen=True)
-class Submission:
-    student: str
-    assignment: str
-    path: pathlib.Path
+@dataclasses.dataclass
+class ClassResult:
+    """Every (student, assignment) this run met, and the student ids it gave to zip files."""
+    outcomes: dict  # (student, assignment) -> recording.Outcome
+    zip_ids: dict  # zip file name -> student id
+
+    def not_graded(self) -> list:
+        return [o for o in self.outcomes.values() if not o.graded]
 
 
 def db_url(root: pathlib.Path) -> str:
-    """The gradebook's address; opening it runs `alembic`, so this environment's scripts go on PATH."""
-    from autograder.grader.cli import nbgrader_env
-    os.environ["PATH"] = nbgrader_env()["PATH"]
     return f"sqlite:///{root / 'gradebook.db'}"
 
 
-def find_submissions(root: pathlib.Path, names: list) -> list:
-    """nbgrader's layout: submitted/<student>/<assignment>/<assignment>.ipynb."""
-    found = []
-    for name in names:
-        for path in sorted((root / "submitted").glob(f"*/{name}/{name}.ipynb")):
-            found.append(Submission(path.parent.parent.name, name, path))
-    return found
-
-
-def student_id(text: str) -> str:
-    """A safe folder name for a student, from an LMS download's file name."""
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._")
-    if not cleaned:
-        raise ValueError(f"no usable student id in {text!r}")
-    return cleaned
-
-
-def unpack_zips(zips: pathlib.Path, root: pathlib.Path, names: list) -> list:
-    """Each <student>.zip (an LMS download) into submitted/<student>/<assignment>/.
-
-    A notebook inside belongs to the assignment whose name its file name contains. Members are
-    read, never extracted, so a path like ../../gradebook.db in a zip cannot write anywhere.
-    """
-    placed = []
-    for archive in sorted(zips.glob("*.zip")):
-        student = student_id(archive.stem)
-        with zipfile.ZipFile(archive) as z:
-            for member in z.namelist():
-                base = pathlib.PurePosixPath(member).name
-                if not base.endswith(".ipynb") or base.startswith("."):
-                    continue
-                for name in names:
-                    if name in base:
-                        target = root / "submitted" / student / name / f"{name}.ipynb"
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        target.write_bytes(z.read(member))
-                        placed.append(Submission(student, name, target))
-    return placed
+def open_gradebook(root: pathlib.Path) -> Gradebook:
+    with with_scripts_on_path():
+        return Gradebook(db_url(root), recording.course_config(root).CourseDirectory.get("course_id", ""))
 
 
 def ensure_in_gradebook(root: pathlib.Path, names: list, run) -> None:
     """Add an assignment nbgrader has not seen (generate_assignment), as an instructor would."""
-    with Gradebook(db_url(root)) as gb:
-        known = {a.name for a in gb.assignments}
+    known = set()
+    if (root / "gradebook.db").exists():
+        with open_gradebook(root) as gb:
+            known = {a.name for a in gb.assignments}
     for name in names:
         if name not in known:
             run("generate_assignment", name, "--force")
 
 
-class DropDuplicateIds(DeduplicateIds):
-    """nbgrader's DeduplicateIds leaves a duplicated test cell with empty nbgrader metadata,
-    which its own CheckCellMetadata then rejects, failing the whole notebook: drop it instead,
-    so the copy runs as an ordinary cell and only the original (restored) test cell scores."""
-
-    def preprocess_cell(self, cell, resources, index):
-        cell, resources = super().preprocess_cell(cell, resources, index)
-        if cell.metadata.get("nbgrader") == {}:
-            del cell.metadata["nbgrader"]
-        return cell, resources
-
-
-SANITIZE = [ClearOutput, DropDuplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata]
-
-
-def sanitized(root: pathlib.Path, sub: Submission) -> nbformat.NotebookNode:
-    """The submission as nbgrader's autograde sees it before running it."""
-    nb = nbformat.read(sub.path, as_version=4)
-    resources = {"nbgrader": {"student": sub.student, "assignment": sub.assignment,
-                              "notebook": sub.assignment, "db_url": db_url(root)}}
-    for step in SANITIZE:
-        nb, resources = step().preprocess(nb, resources)
-    return nb
+def prepare(root: pathlib.Path, sub: submissions.Submission, source) -> tuple:
+    """(the notebook to run, notes): read safely, parsed, rebuilt from the source; or NotGradable."""
+    label = submissions.describe(sub.path.relative_to(root))
+    nb = submissions.parse_notebook(submissions.read_bounded(sub.path), label)
+    return sanitize.restore(nb, source)
 
 
 def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=()) -> dict:
@@ -134,54 +74,85 @@ def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=()
 
     `trusted_names`: for a notebook graded in trusted mode, the names its answers define;
     `hidden`: paths the kernel must not see (where it can be isolated, see autograder/grader/isolation.py).
+    Every output is capped before the notebook leaves the worker.
     """
     nb = nbformat.reads(nb_json, as_version=4)
     began = time.monotonic()
     problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden)
-    return {"notebook": nbformat.writes(nb), "problems": problems, "seconds": time.monotonic() - began}
+    recording.bound_outputs(nb)
+    return {"notebook": nbformat.writes(nb), "problems": [(i, recording.capped(p)) for i, p in problems],
+            "seconds": time.monotonic() - began}
 
 
-def grade_ids(nb) -> list:
-    return [c.metadata.nbgrader.grade_id if utils.is_grade(c) else None for c in nb.cells]
+def _security():
+    """Self-signed TLS for the local cluster (mutual authentication: only its own members connect)."""
+    from distributed.security import Security
+    try:
+        return Security.temporary()
+    except ImportError:  # `cryptography` missing: loopback only, unauthenticated
+        print("note: install `cryptography` so the local Dask cluster authenticates its members (TLS)",
+              file=sys.stderr)
+        return Security()
 
 
-def not_graded(nb_json: str, reason: str) -> dict:
-    """A result for a submission the workers could not run: every test cell fails with `reason`."""
-    nb = nbformat.reads(nb_json, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code" and utils.is_grade(cell):
-            cell.outputs = [error_output("NotGraded", f"the grading worker failed: {reason}")]
-    return {"notebook": nbformat.writes(nb), "problems": [(None, reason)], "seconds": 0.0}
-
-
-class Recorded(NbGraderPreprocessor):
-    """Stands in for nbgrader's Execute: returns the notebook the sandbox already ran."""
-
-    def preprocess(self, nb, resources):
-        info = resources["nbgrader"]
-        path = pathlib.Path(os.environ[EXECUTED_ENV]) / info["student"] / f"{info['notebook']}.ipynb"
-        executed = nbformat.read(path, as_version=4)
-        if grade_ids(nb) != grade_ids(executed):
-            raise RuntimeError(f"{path} does not match the sanitized submission: grade it again")
-        return executed, resources
-
-
-def record_scores(root: pathlib.Path, name: str, executed_dir: pathlib.Path, run) -> None:
-    """nbgrader autograde, reading the executed notebooks (see nbgrader_config.py)."""
-    run("autograde", name, "--create", "--force", env={EXECUTED_ENV: str(executed_dir)})
+def _warn_if_open(address: str) -> None:
+    parsed = urllib.parse.urlparse(address if "://" in address else f"tcp://{address}")
+    try:
+        loopback = ipaddress.ip_address(parsed.hostname or "").is_loopback
+    except ValueError:
+        loopback = parsed.hostname == "localhost"
+    if parsed.scheme != "tls" and not loopback:
+        print(f"warning: {address} is not a tls:// address: anyone who reaches it can run code on your workers "
+              "(see the README, 'Securing a Dask cluster')", file=sys.stderr)
 
 
 @contextlib.contextmanager
-def dask_client(workers: int, scheduler: str | None):
-    """A client of the given scheduler, or of a local cluster of `workers` processes."""
+def dask_client(workers: int, scheduler: str | None, memory_mb: int = WORKER_MEMORY_MB):
+    """A client of the given scheduler (its security from Dask's configuration), or of a local
+    cluster of `workers` processes that listens on loopback only, with TLS, no dashboard and no
+    HTTP routes, each worker restarted past `memory_mb` (its task then fails: that submission only)."""
+    import dask
     from distributed import Client, LocalCluster
     if scheduler:
-        with Client(scheduler) as client:
+        _warn_if_open(scheduler)
+        client = Client(scheduler)  # not `with`: BackgroundClient enters and leaves it in different threads
+        try:
             yield client
+        finally:
+            client.close()
         return
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      memory_limit=0, silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
-        yield client
+    quiet = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+    with dask.config.set(quiet):  # read as the scheduler and the nannies are built (workers get a copy)
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                               dashboard_address=None, security=_security(), memory_limit=f"{memory_mb}MiB",
+                               scheduler_kwargs={"allowed_failures": 1}, silence_logs=logging.ERROR)
+    with cluster:
+        client = Client(cluster)
+        try:
+            yield client
+        finally:
+            client.close()
+
+
+class BackgroundClient:
+    """Starts `dask_client` in a thread, so the cluster boots while submissions are read."""
+
+    def __init__(self, workers, scheduler, memory_mb):
+        self._stack = contextlib.ExitStack()
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self._future = self._pool.submit(self._stack.enter_context, dask_client(workers, scheduler, memory_mb))
+
+    def get(self):
+        return self._future.result()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        with contextlib.suppress(Exception):
+            self._future.result()
+        self._pool.shutdown()
+        self._stack.close()
 
 
 def trusted_names(root: pathlib.Path, name: str):
@@ -192,9 +163,27 @@ def trusted_names(root: pathlib.Path, name: str):
     return trusted.student_names(c.source for c in source.cells if c.cell_type == "code" and utils.is_solution(c))
 
 
-def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None, limits=Limits(),
-                zips=None, progress=True, run=None, plain=False) -> dict:
-    """Grade every submission of `names`; return {(student, assignment): result}.
+def _record(recorder, outcomes, key, *, executed=None, source=None, reason="", notes=(), seconds=0.0):
+    """Record one submission; a failure to record it is that submission's problem only."""
+    student, assignment = key
+    if executed is not None:
+        try:
+            messages = recorder.graded(student, assignment, executed, source)
+            outcomes[key] = recording.Outcome(student, assignment, True, notes=list(notes), messages=messages,
+                                              seconds=seconds)
+            return
+        except Exception as err:  # a database or file error here must not stop the class
+            recorder.gb.db.rollback()
+            reason = f"its scores could not be recorded ({type(err).__name__}: {err})"
+    recorder.not_graded(student, assignment, reason)
+    outcomes[key] = recording.Outcome(student, assignment, False, reason=recording.capped(reason),
+                                      notes=list(notes), seconds=seconds)
+
+
+def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None, limits: Limits | None = None,
+                zips=None, progress=True, run=None, plain=False,
+                worker_memory_mb: int = WORKER_MEMORY_MB) -> ClassResult:
+    """Grade every submission of `names` into the gradebook; return what happened to each.
 
     Notebooks that opt in are graded in trusted mode (test cells run here, see
     autograder/grader/trusted.py) unless `plain`.
@@ -202,92 +191,102 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
     from distributed import as_completed
     from tqdm import tqdm
 
+    limits = limits or Limits()
     run = run or nbgrader_runner(root)
-    if zips:
-        unpack_zips(zips, root, names)
-    ensure_in_gradebook(root, names, run)
-    submissions = find_submissions(root, names)
-    names_of = {name: None if plain else trusted_names(root, name) for name in names}
-    hidden = [str(p) for p in isolation.secrets_of(root)]
-    if not isolation.available():
-        print("note: kernels run as this user and can read what it can (solutions, gradebook); "
-              "grade as root on Linux to isolate them (see README)", file=sys.stderr)
-    results = {}
-    waiting = collections.Counter(sub.assignment for sub in submissions)
-    with tempfile.TemporaryDirectory(prefix="executed-") as staging, dask_client(workers, scheduler) as client, \
-            concurrent.futures.ThreadPoolExecutor(max_workers=1) as recorder:
-        futures, sent, recorded = {}, {}, []
-        for sub in submissions:
-            nb_json = sent[sub] = nbformat.writes(sanitized(root, sub))
-            future = client.submit(execute_submission, nb_json, dataclasses.asdict(limits),
-                                   names_of[sub.assignment], hidden, pure=False)
-            futures[future] = sub
-        bar = tqdm(total=len(futures), unit="notebook", desc="grading", disable=not progress, file=sys.stdout)
-        for future in as_completed(futures):
-            sub = futures[future]
-            try:
-                result = future.result()
-            except Exception as err:  # a worker died or failed: this submission scores 0, the run goes on
-                result = not_graded(sent[sub], f"{type(err).__name__}: {err}")
-            target = pathlib.Path(staging) / sub.assignment / sub.student / f"{sub.assignment}.ipynb"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(result["notebook"])
-            results[(sub.student, sub.assignment)] = result
-            bar.set_postfix_str(f"{sub.student}/{sub.assignment} {result['seconds']:.1f} s")
-            bar.update()
-            waiting[sub.assignment] -= 1
-            if waiting[sub.assignment] == 0:  # record this notebook's scores while the others still run
-                recorded.append(recorder.submit(record_scores, root, sub.assignment,
-                                                pathlib.Path(staging) / sub.assignment, run))
-        bar.close()
-        for done in recorded:
-            done.result()
-    return results
-
-
-def nbgrader_runner(root: pathlib.Path):
-    """A function that runs one nbgrader command in the course root and fails loudly."""
-    from autograder.grader.cli import nbgrader_env
-
-    def run(*args, env=None):
-        result = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=root,
-                                capture_output=True, text=True, env={**nbgrader_env(), **(env or {})})
-        if result.returncode != 0:
-            raise SystemExit(f"nbgrader {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
-        return result
-    return run
+    outcomes, zip_ids, problems = {}, {}, []
+    with BackgroundClient(workers, scheduler, worker_memory_mb) as background:
+        if zips:
+            problems, zip_ids = submissions.unpack_zips(pathlib.Path(zips), root, names)
+        ensure_in_gradebook(root, names, run)
+        recorder = recording.Recorder(root)
+        try:
+            sources = {name: sanitize.load_source(recorder.gb, name) for name in names}
+            found, more = submissions.find_submissions(root, names)
+            blocked = {}
+            for problem in problems + more:
+                blocked.setdefault((problem.student, problem.assignment), problem.reason)
+            jobs = []
+            for sub in found:
+                key = (sub.student, sub.assignment)
+                if key in blocked:
+                    continue
+                try:
+                    nb, notes = prepare(root, sub, sources[sub.assignment])
+                except submissions.NotGradable as err:
+                    blocked[key] = str(err)
+                    continue
+                jobs.append((key, nb, notes))
+            for key, reason in blocked.items():
+                _record(recorder, outcomes, key, reason=reason)
+            names_of = {name: None if plain else trusted_names(root, name) for name in names}
+            hidden = [str(p) for p in isolation.secrets_of(root)]
+            if jobs and not isolation.available():
+                print("note: kernels run as this user and can read what it can (solutions, gradebook); "
+                      "grade as root on Linux to isolate them (see README)", file=sys.stderr)
+            futures = {}
+            if jobs:
+                client = background.get()
+                for key, nb, notes in jobs:
+                    future = client.submit(execute_submission, nbformat.writes(nb), dataclasses.asdict(limits),
+                                           names_of[key[1]], hidden, pure=False)
+                    futures[future] = (key, nb, notes)
+            bar = tqdm(total=len(futures), unit="notebook", desc="grading", disable=not progress, file=sys.stdout)
+            for future in as_completed(futures):
+                key, nb, notes = futures[future]
+                try:
+                    result = future.result()
+                    executed = recording.merged(nb, nbformat.reads(result["notebook"], as_version=4))
+                except Exception as err:  # a worker died or failed: this submission scores 0, the run goes on
+                    _record(recorder, outcomes, key, reason=f"the grading worker failed: {type(err).__name__}: {err}",
+                            notes=notes)
+                else:
+                    _record(recorder, outcomes, key, executed=executed, source=sources[key[1]], notes=notes,
+                            seconds=result["seconds"])
+                bar.set_postfix_str(f"{key[0]}/{key[1]} {outcomes[key].seconds:.1f} s")
+                bar.update()
+            bar.close()
+        finally:
+            recorder.close()
+    return ClassResult(outcomes, zip_ids)
 
 
 def scores(root: pathlib.Path, names: list) -> list:
     """One row per student x exercise from the gradebook, with the failure message if any."""
     rows = []
-    with Gradebook(db_url(root)) as gb:
+    config = recording.course_config(root)
+    ignore = config.IgnorePattern.get("pattern") if config.IgnorePattern.get("enabled") else None
+    with open_gradebook(root) as gb:
         for name in names:
             try:
                 assignment = gb.find_assignment(name)
             except MissingEntry:
                 continue
             for submission in assignment.submissions:
-                messages = failure_messages(root, submission.student.id, name)
-                for grade in sorted(submission.notebooks[0].grades, key=lambda g: g.name):
+                student, notebook = submission.student.id, submission.notebooks[0]
+                messages = failure_messages(root, student, name, ignore)
+                not_graded = next((c.auto_comment for c in notebook.comments
+                                   if (c.auto_comment or "").startswith("Not graded:")), None)
+                for grade in sorted(notebook.grades, key=lambda g: g.name):
                     if grade.max_score == 0:
                         continue
-                    rows.append({"student": submission.student.id, "notebook": name, "exercise": grade.name,
+                    message = not_graded or messages.get(grade.name, "")
+                    rows.append({"student": student, "notebook": name, "exercise": grade.name,
                                  "score": grade.score, "max_score": grade.max_score,
-                                 "message": messages.get(grade.name, "")})
+                                 "message": recording.capped(message)})
     return rows
 
 
-def failure_messages(root: pathlib.Path, student: str, name: str) -> dict:
-    """{grade_id: the error's name and message} from the autograded notebook."""
+def failure_messages(root: pathlib.Path, student: str, name: str, ignore: str | None = None) -> dict:
+    """{grade_id: why the cell lost its points} from the autograded notebook."""
     path = root / "autograded" / student / name / f"{name}.ipynb"
-    if not path.exists():
+    try:
+        nb = nbformat.reads(submissions.read_bounded(path).decode("utf-8"), as_version=4)
+    except (submissions.NotGradable, UnicodeDecodeError, ValueError):
         return {}
     found = {}
-    for cell in nbformat.read(path, as_version=4).cells:
-        if cell.cell_type == "code" and utils.is_grade(cell):
-            errors = [o for o in cell.outputs if o.output_type == "error"]
-            if errors:
-                found[cell.metadata.nbgrader.grade_id] = f"{errors[0].ename}: {errors[0].evalue}"
+    for cell in nb.cells:
+        if cell.cell_type == "code" and utils.is_grade(cell) and not utils.is_solution(cell):
+            _, message = recording.cell_score(cell, float(cell.metadata.nbgrader.get("points") or 0), ignore)
+            if message:
+                found[cell.metadata.nbgrader.grade_id] = message
     return found
-

@@ -8,7 +8,9 @@ README's "Open in Colab" links at the repository that autograder/grader/colab.py
 
 `grade [NOTEBOOK ...]` grades every submission in submitted/ (or a folder of LMS .zip
 downloads) in parallel, records the scores in nbgrader's gradebook and writes a report; see
-autograder/grader/classgrade.py.
+autograder/grader/classgrade.py. A submission that cannot be graded scores 0 with the reason in
+reports/failures.csv and the others go on; the exit status is 0 when every submission was graded,
+2 when some could not be (the last line says how many), 1 when grading itself failed.
 """
 import argparse
 import json
@@ -21,16 +23,13 @@ import tempfile
 import time
 
 from autograder.grader import colab
+from autograder.grader.nbgrader_run import nbgrader_env
+
+NOT_ALL_GRADED = 2  # exit status: the run finished, but some submissions scored 0 without being graded
 
 
 def assignments(root: pathlib.Path) -> list:
     return sorted(p.name for p in (root / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
-
-
-def nbgrader_env() -> dict:
-    """nbgrader runs `alembic` from PATH: make this environment's scripts findable."""
-    scripts = os.path.dirname(sys.executable)
-    return {**os.environ, "PATH": scripts + os.pathsep + os.environ.get("PATH", "")}
 
 
 def generate(root: pathlib.Path, names: list, out: pathlib.Path) -> list:
@@ -94,13 +93,20 @@ def grade(args) -> int:
     limits = Limits(cell_seconds=args.cell_seconds, submission_seconds=args.submission_seconds,
                     memory_mb=args.memory_mb, threads=max(1, (os.cpu_count() or 1) // args.workers))
     began = time.monotonic()
-    results = classgrade.grade_class(root, names, workers=args.workers, scheduler=args.scheduler,
-                                     limits=limits, zips=args.zips, progress=not args.quiet, plain=args.plain)
+    result = classgrade.grade_class(root, names, workers=args.workers, scheduler=args.scheduler, limits=limits,
+                                    zips=args.zips, progress=not args.quiet, plain=args.plain,
+                                    worker_memory_mb=args.worker_memory_mb)
     minutes = (time.monotonic() - began) / 60
-    files = report.write_report(classgrade.scores(root, names), args.report or root / "reports")
-    print(f"graded {len(results)} submissions in {minutes:.1f} min "
-          f"({len(results) / max(minutes, 1e-9):.1f} per minute); scores are in the gradebook")
+    files = report.write_report(classgrade.scores(root, names), args.report or root / "reports",
+                                outcomes=result.outcomes.values(), zip_ids=result.zip_ids)
+    total, failed = len(result.outcomes), len(result.not_graded())
     print("report: " + ", ".join(str(f) for f in files))
+    print(f"graded {total - failed} of {total} submissions in {minutes:.1f} min "
+          f"({total / max(minutes, 1e-9):.1f} per minute); scores are in the gradebook")
+    if failed:
+        print(f"{failed} submission{'s' * (failed != 1)} could not be graded and scored 0: "
+              "failures.csv in the report says why")
+        return NOT_ALL_GRADED
     return 0
 
 
@@ -120,6 +126,8 @@ def main(argv=None) -> int:
     gr.add_argument("--cell-seconds", type=float, default=60.0, help="time limit of one cell")
     gr.add_argument("--submission-seconds", type=float, default=900.0, help="time limit of one notebook")
     gr.add_argument("--memory-mb", type=int, default=4096, help="memory limit of one notebook's kernel")
+    gr.add_argument("--worker-memory-mb", type=int, default=3072,
+                    help="memory limit of one local Dask worker (the grader's side of trusted grading)")
     gr.add_argument("--report", type=pathlib.Path, help="folder for the report (default: reports/)")
     gr.add_argument("--quiet", action="store_true", help="no progress bar")
     gr.add_argument("--plain", action="store_true",

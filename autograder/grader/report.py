@@ -1,8 +1,12 @@
-"""A class's results at a glance: a CSV of every student x exercise, and three plots.
+"""A class's results at a glance: a CSV of every student x exercise, the submissions that could
+not be graded, and three plots.
 
 Rows come from the gradebook (`classgrade.scores`), so manual grades entered in the
-formgrader show up too. Failure messages are grouped with their numbers blanked out, so "wrong
-values in gW" counts once however many students got which values wrong.
+formgrader show up too. failures.csv lists each submission this run could not grade (it scored
+0) and what was restored or ignored in the ones it graded. Failure messages are grouped with
+their numbers blanked out in failure_kinds.csv, so "wrong values in gW" counts once however many
+students got which values wrong. Every text a student controls is capped, and a cell that a
+spreadsheet would read as a formula is quoted.
 """
 import collections
 import csv
@@ -14,7 +18,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
 
+from autograder.grader.recording import capped  # noqa: E402
+
 FIELDS = ["student", "notebook", "exercise", "score", "max_score", "message"]
+FAILURE_FIELDS = ["student", "notebook", "graded", "problem"]
+
+
+def safe_text(value):
+    """A CSV cell: capped, and never read as a formula by a spreadsheet."""
+    if not isinstance(value, str):
+        return value
+    value = capped(value)
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
 
 
 def message_kind(message: str) -> str:
@@ -23,11 +38,22 @@ def message_kind(message: str) -> str:
     return re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "#", first)[:120]
 
 
-def write_csv(rows: list, path: pathlib.Path) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
+def write_csv(rows: list, path: pathlib.Path, fields=FIELDS) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: safe_text(v) for k, v in row.items()} for row in rows)
+
+
+def failure_rows(outcomes) -> list:
+    """One row per submission not graded (why it scored 0), and per note on one that was graded."""
+    rows = []
+    for o in sorted(outcomes, key=lambda o: (o.assignment, o.student)):
+        if not o.graded:
+            rows.append({"student": o.student, "notebook": o.assignment, "graded": "no", "problem": o.reason})
+        rows += [{"student": o.student, "notebook": o.assignment, "graded": "yes" if o.graded else "no",
+                  "problem": note} for note in o.notes]
+    return rows
 
 
 def totals(rows: list) -> dict:
@@ -92,12 +118,17 @@ def _save(fig, path):
     return path
 
 
-def write_report(rows: list, folder: pathlib.Path) -> list:
-    """scores.csv, failures.csv and the plots in `folder`; return the files written."""
+def write_report(rows: list, folder: pathlib.Path, outcomes=(), zip_ids=None) -> list:
+    """scores.csv, failures.csv, failure_kinds.csv, the plots (and zip_students.csv when zips were
+    unpacked) in `folder`; return the files written."""
     folder.mkdir(parents=True, exist_ok=True)
     write_csv(rows, folder / "scores.csv")
-    with open(folder / "failures.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["message", "count"])
-        writer.writerows(common_failures(rows, top=None))
-    return [folder / "scores.csv", folder / "failures.csv", *plot(rows, folder)]
+    write_csv(failure_rows(outcomes), folder / "failures.csv", FAILURE_FIELDS)
+    kinds = [{"message": kind, "count": n} for kind, n in common_failures(rows, top=None)]
+    write_csv(kinds, folder / "failure_kinds.csv", ["message", "count"])
+    files = [folder / "scores.csv", folder / "failures.csv", folder / "failure_kinds.csv"]
+    if zip_ids:
+        write_csv([{"zip": k, "student": v} for k, v in sorted(zip_ids.items())], folder / "zip_students.csv",
+                  ["zip", "student"])
+        files.append(folder / "zip_students.csv")
+    return [*files, *plot(rows, folder)]

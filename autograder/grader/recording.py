@@ -1,0 +1,249 @@
+"""Score executed notebooks and record them in nbgrader's gradebook in one pass, in this process.
+
+`nbgrader autograde` costs seconds per submission even when it only reads a notebook that has
+already run (its start-up, a gradebook session and a commit per cell, two notebook conversions);
+for a class that was more than our parallel grading saved. Here one gradebook session records
+each submission as its notebook comes back: the same rows `autograde` writes (student, submission
+with its timestamp, each grade cell's auto score, each answer's "No response." comment, the late
+penalty), and the same autograded/ notebook, so `nbgrader export`, `generate_feedback` and the
+formgrader read them as usual.
+
+Scores are computed from outputs nothing can stretch: a grade cell scores 0 if it shows an error
+or writes to stderr (library warnings aside, as nbgrader_config.py configures), its points
+otherwise; a last value that is a number counts as partial credit only between 0 and the
+cell's points (nbgrader itself raises on more and gives full marks for less). Every message kept
+(gradebook comments, reports) is capped.
+"""
+import contextlib
+import dataclasses
+import math
+import os
+import pathlib
+import re
+import shutil
+import stat
+
+import nbformat
+from nbgrader import utils
+from nbgrader.api import Gradebook
+from nbgrader.preprocessors import AssignLatePenalties, NbGraderPreprocessor
+from traitlets.config import Config
+from traitlets.config.loader import PyFileConfigLoader
+
+from autograder.grader import submissions
+from autograder.grader.nbgrader_run import with_scripts_on_path
+
+MESSAGE_CHARS = 500  # a failure message in the gradebook, scores.csv, failures.csv
+OUTPUT_CHARS = 20_000  # one output's text in an autograded notebook (feedback shows it)
+
+
+def capped(text, limit: int = MESSAGE_CHARS) -> str:
+    """`text` cut to `limit` characters, saying how much was cut."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit:,} more characters]"
+
+
+def bound_outputs(nb, limit: int = OUTPUT_CHARS):
+    """Cap every text an output carries (error messages and tracebacks included), in place."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            for key in ("evalue", "text", "ename"):
+                if key in out:
+                    out[key] = capped(out[key], limit)
+            if "traceback" in out:
+                out["traceback"] = [capped(line, limit) for line in out["traceback"][:50]]
+            if isinstance(out.get("data"), dict):
+                out["data"] = {k: capped(v, limit) if isinstance(v, str) else v for k, v in out["data"].items()}
+    return nb
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What this run did with one (student, assignment)."""
+    student: str
+    assignment: str
+    graded: bool
+    reason: str = ""  # why it was not graded
+    notes: list = dataclasses.field(default_factory=list)  # what was restored or ignored
+    messages: dict = dataclasses.field(default_factory=dict)  # grade_id -> why it lost points
+    seconds: float = 0.0
+
+
+def course_config(root: pathlib.Path) -> Config:
+    """The course's nbgrader configuration (nbgrader_config.py), as nbgrader would load it."""
+    if not (root / "nbgrader_config.py").exists():
+        return Config()
+    return PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+
+
+def merged(sanitized, executed):
+    """The sanitized notebook (trusted: built here) with the outputs of its executed copy (not trusted)."""
+    if len(executed.cells) != len(sanitized.cells) or any(
+            a.cell_type != b.cell_type for a, b in zip(sanitized.cells, executed.cells)):
+        raise ValueError("the executed notebook does not match the one sent to be run")
+    out = nbformat.from_dict(sanitized)
+    for cell, ran in zip(out.cells, executed.cells):
+        if cell.cell_type == "code":
+            outputs = ran.get("outputs", [])
+            cell.outputs = [o for o in outputs if isinstance(o, dict) and "output_type" in o][:200]
+            count = ran.get("execution_count")
+            cell.execution_count = count if isinstance(count, int) else None
+    return bound_outputs(out)
+
+
+def _partial(out, points):
+    """Partial credit from a last value: (score, message)."""
+    text = out.get("data", {}).get("text/plain", "")
+    text = "".join(text) if isinstance(text, list) else str(text)
+    try:
+        value = float(text)
+    except ValueError:
+        return points, ""  # not a number: nbgrader gives full marks
+    if math.isnan(value) or not 0 <= value <= points:
+        return 0.0, capped(f"the cell's last value {text[:40]} is not a score between 0 and {points:g}")
+    return value, ""
+
+
+def cell_score(cell, points: float, ignore: str | None = None) -> tuple:
+    """(score, message) of an executed test cell: errors and stderr first, wherever they appear."""
+    outputs = cell.get("outputs", [])
+    for out in outputs:
+        if out.get("output_type") == "error":
+            return 0.0, capped(f"{out.get('ename', 'Error')}: {out.get('evalue', '')}")
+    for out in outputs:
+        if out.get("output_type") == "stream" and out.get("name") == "stderr":
+            if not (ignore and re.search(ignore, str(out.get("text", "")))):
+                return 0.0, capped(f"wrote to stderr: {out.get('text', '')}")
+    for out in outputs:
+        if out.get("output_type") == "execute_result":
+            return _partial(out, points)
+    return points, ""
+
+
+def scores_of(nb, source, ignore: str | None = None) -> dict:
+    """{grade_id: (auto score or None for a manual grade, message)} for every graded cell of `source`."""
+    found = {}
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader") or {}
+        known = source.cells.get(meta.get("grade_id"))
+        if known is None or not (known.grade or known.task):
+            continue
+        if known.solution or known.task or cell.cell_type != "code":
+            unchanged = known.checksum and known.checksum == utils.compute_checksum(cell)
+            found[known.name] = (0.0 if unchanged else None, "")
+        else:
+            found[known.name] = cell_score(cell, known.points, ignore)
+    for name in source.graded():
+        found.setdefault(name, (0.0, "its cell is missing from the notebook"))
+    return found
+
+
+class BoundedPartialCredit(NbGraderPreprocessor):
+    """For plain `nbgrader autograde`: a last value outside [0, points] becomes an error output,
+    so nbgrader's SaveAutoGrades neither raises on it nor gives full marks for a negative one."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code" and utils.is_grade(cell) and not utils.is_solution(cell):
+            points = float(cell.metadata.nbgrader.get("points", 0))
+            for i, out in enumerate(cell.get("outputs", [])):
+                if out.get("output_type") == "execute_result":
+                    score, message = _partial(out, points)
+                    if message:
+                        cell.outputs[i] = nbformat.v4.new_output("error", ename="PartialCredit", evalue=message,
+                                                                 traceback=[message])
+                    break
+        return cell, resources
+
+
+def _timestamp(folder: pathlib.Path):
+    """The submission time nbgrader keeps in timestamp.txt, if there is a readable one."""
+    try:
+        text = submissions.read_bounded(folder / "timestamp.txt", limit=200).decode("utf-8").strip()
+        return utils.parse_utc(text) if text else None
+    except Exception:  # missing, a link, garbage: nbgrader would fail; the submission is graded untimed
+        return None
+
+
+def _remove_tree(path: pathlib.Path):
+    if os.path.lexists(path):
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+class Recorder:
+    """One gradebook session for a whole run; `graded` and `not_graded` record one submission each."""
+
+    def __init__(self, root: pathlib.Path, config: Config | None = None):
+        self.root = root
+        self.config = config if config is not None else course_config(root)
+        course = self.config.CourseDirectory
+        self.ignore = self.config.IgnorePattern.get("pattern") if self.config.IgnorePattern.get("enabled") else None
+        self.late = AssignLatePenalties(config=self.config)
+        self.late.init_plugin()
+        with with_scripts_on_path():
+            self.gb = Gradebook(f"sqlite:///{root / 'gradebook.db'}", course.get("course_id", ""))
+
+    def close(self):
+        self.gb.close()
+
+    def _submission(self, student, assignment):
+        self.gb.update_or_create_student(student)
+        folder = self.root / "submitted" / student / assignment
+        timestamp = _timestamp(folder)
+        kwargs = {"timestamp": timestamp} if timestamp else {}
+        submission = self.gb.update_or_create_submission(assignment, student, **kwargs)
+        return submission, self.gb.find_submission_notebook(assignment, assignment, student)
+
+    def graded(self, student, assignment, nb, source) -> dict:
+        """Record an executed, merged notebook; write it to autograded/; return {grade_id: message}."""
+        submission, notebook = self._submission(student, assignment)
+        found = scores_of(nb, source, self.ignore)
+        for grade in notebook.grades:
+            score, _ = found.get(grade.name, (0.0, ""))
+            grade.auto_score = score
+            grade.needs_manual_grade = grade.manual_score is not None or score is None
+        cells = {c.metadata.nbgrader["grade_id"]: c for c in nb.cells if "nbgrader" in c.metadata}
+        for comment in notebook.comments:
+            cell = cells.get(comment.name)
+            known = source.cells.get(comment.name)
+            unchanged = cell is not None and known is not None and known.checksum == utils.compute_checksum(cell)
+            comment.auto_comment = "No response." if unchanged and not known.task else None
+        notebook.late_submission_penalty = None
+        self.gb.db.commit()
+        if submission.total_seconds_late > 0:
+            self._late_penalty(submission, notebook, student)
+        self._write_autograded(student, assignment, nb)
+        return {name: message for name, (_, message) in found.items() if message}
+
+    def not_graded(self, student, assignment, reason: str):
+        """Record 0 for every graded cell, the reason as the answers' comment, and no autograded notebook."""
+        _, notebook = self._submission(student, assignment)
+        for grade in notebook.grades:
+            grade.auto_score = 0.0
+            grade.needs_manual_grade = grade.manual_score is not None
+        for comment in notebook.comments:
+            comment.auto_comment = capped(f"Not graded: {reason}")
+        notebook.late_submission_penalty = None
+        self.gb.db.commit()
+        _remove_tree(self.root / "autograded" / student / assignment)  # it described an earlier file
+
+    def _late_penalty(self, submission, notebook, student):
+        """As nbgrader's AssignLatePenalties, from the scores just committed."""
+        self.gb.db.refresh(notebook)
+        penalty = self.late.plugin_inst.late_submission_penalty(student, notebook.score, submission.total_seconds_late)
+        if penalty is not None:
+            notebook.late_submission_penalty = min(max(penalty, 0), notebook.score)
+            self.gb.db.commit()
+
+    def _write_autograded(self, student, assignment, nb):
+        folder = self.root / "autograded" / student / assignment
+        _remove_tree(folder)
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / f"{assignment}.ipynb")
+        with contextlib.suppress(submissions.NotGradable, OSError):
+            stamp = submissions.read_bounded(self.root / "submitted" / student / assignment / "timestamp.txt", 200)
+            (folder / "timestamp.txt").write_bytes(stamp)
