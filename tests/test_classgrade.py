@@ -1,12 +1,22 @@
 """`backprop-course grade` on a class with broken and hostile submissions.
 
-Every submission answers notebook 01 perfectly except for one exercise (relu_grad, 1 point),
-where it misbehaves in its own way. That exercise must score 0 (or full marks where the
-misbehaviour is harmless), every other exercise and student is graded normally, the gradebook
-stays intact and the run completes.
+One class run (notebook 01) holds every case. Submissions that run answer perfectly except for one
+exercise (relu_grad, 1 point), where each misbehaves in its own way: that exercise must score 0
+(or full marks where the misbehaviour is harmless), every other exercise and student is graded
+normally. Submissions whose file or zip is broken or hostile score 0 with the reason in
+failures.csv, without stopping the run; tampered nbgrader metadata is undone and earns nothing.
+Every expected score is checked in scores.csv and in `nbgrader export`.
 """
+import contextlib
 import csv
+import io
+import os
+import re
 import shutil
+import stat
+import subprocess
+import sys
+import tempfile
 import zipfile
 
 import course
@@ -14,11 +24,13 @@ import nbformat
 import pytest
 from test_nbgrader_e2e import submission
 
-from autograder.grader import classgrade, isolation, report
+from autograder.grader import classgrade, isolation, recording, report, sanitize, submissions
 from autograder.grader.sandbox import Limits
 
 NAME, VICTIM = "01_chain_rule", "relu_grad"
+TOTAL = 12
 GOOD = "def relu_grad(x):\n    return (x > 0).to(x.dtype)"
+SECRET = "root:$6$do-not-print-me$"  # the first line of a file a submission links to
 
 # A wrong answer behind patched comparisons: in the kernel, every check would pass.
 CHEAT = """import numpy, torch
@@ -40,7 +52,8 @@ ANSWERS = {  # student -> (relu_grad's cell, expected total)
         "        except BaseException:\n            pass", 11),
     "os_exit": ("def relu_grad(x):\n    import os\n    os._exit(1)", 11),
     "sys_exit": ("def relu_grad(x):\n    import sys\n    sys.exit(0)", 11),
-    "memory_bomb": ("def relu_grad(x):\n    hoard = []\n    while True:\n        hoard.append(bytearray(100 * 2**20))", 11),
+    "memory_bomb": ("def relu_grad(x):\n    hoard = []\n    while True:\n"
+                    "        hoard.append(bytearray(100 * 2**20))", 11),
     "output_flood": ("def relu_grad(x):\n    for _ in range(20_000):\n        print('spam' * 50)\n"
                      "    return (x > 0).to(x.dtype)", 11),
     "wrong_type": ("def relu_grad(x):\n    return (x > 0).tolist()", 11),
@@ -55,6 +68,7 @@ ANSWERS = {  # student -> (relu_grad's cell, expected total)
     "patches_builtins": ("import builtins\nbuiltins.all = lambda *a: True\nbuiltins.any = lambda *a: False\n"
                          "builtins.abs = lambda x: 0\nbuiltins.max = lambda *a, **k: 0\n"
                          "def relu_grad(x):\n    return x", 11),
+    "huge_exception_message": ("def relu_grad(x):\n    raise ValueError('x' * 5_000_000)", 11),
 }
 # Submissions that reach for the grader's files; {root} is the class folder. Where kernels cannot be
 # isolated (not root, not Linux) these are not graded, and the test that needs them is skipped.
@@ -75,11 +89,41 @@ INTRUDERS = {
         "    return (x > 0).to(x.dtype)", 11),
 }
 ISOLATED = isolation.available()
-EDITS = {  # student -> (how the test cells were tampered with, relu_grad answer, expected total)
-    "edited_test": ("edit", None, 11),
-    "deleted_test": ("delete", None, 11),
-    "duplicated_test": ("duplicate", GOOD, 12),
-    "reordered_test": ("move_before_answer", GOOD, 11),
+EDITS = {  # student -> (how the test cells were tampered with, relu_grad answer, expected total, note)
+    "edited_test": ("edit", None, 11, "relu_grad: the locked cell was edited"),
+    "deleted_test": ("delete", None, 11, "relu_grad: its cell is missing"),
+    "duplicated_test": ("duplicate", GOOD, 12, "repeats 'relu_grad': only the first counts"),
+    "reordered_test": ("move_before_answer", GOOD, 11, None),
+    "added_grade_cell_1000_points": ("add_grade_cell", GOOD, 12, "claims to be nbgrader cell 'bonus'"),
+    "test_cell_made_markdown": ("markdown", GOOD, 12, "relu_grad: turned into a markdown cell"),
+    "solution_flipped_to_grade_cell": ("flip_solution", GOOD, 12, "relu_grad_solution: its nbgrader grade, points"),
+    "metadata_not_a_dict": ("metadata_string", GOOD, 12, "its nbgrader metadata is a str, not a dict"),
+}
+BROKEN = {  # student -> (what the file in submitted/ is, the reason failures.csv must give); all score 0
+    "empty_file": (b"", "is empty"),
+    "truncated_notebook": ("half", "is not a complete notebook"),
+    "not_utf8": ("latin1", "is not UTF-8 text (byte 0xe9"),
+    "nbformat_5": ("nbformat5", "says it is nbformat 5"),
+    "json_but_not_a_notebook": (b'["cells"]', "is JSON but not a notebook"),
+    "cells_not_a_list": (b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": 7}',
+                         "is not a valid notebook"),
+    "too_large": ("large", "a notebook may hold"),
+    "symlink_to_a_secret": ("symlink", "is a symbolic link: not followed"),
+    "misnamed_notebook": ("misnamed", "no 01_chain_rule.ipynb in submitted/misnamed_notebook/01_chain_rule "
+                                      "(found: my_chain_rule.ipynb)"),
+    "symlinked_folder": ("linked_folder", "submitted/symlinked_folder is a symbolic link: not followed"),
+}
+ZIPS = {  # zip file name -> (expected score, the reason if it scores 0 without being graded)
+    "zipped student.zip": (12, None),  # a member that climbs out (../../../) is read, never extracted
+    "张伟.zip": (12, None),  # a name with no ASCII letter or digit still gives a stable id
+    "with_autosave.zip": (12, None),  # .ipynb_checkpoints/01_chain_rule-checkpoint.ipynb (blank) is ignored
+    "truncated.zip": (0, "is not a readable zip"),
+    "encrypted.zip": (0, "is encrypted"),
+    "two_copies.zip": (0, "holds 2 copies of 01_chain_rule.ipynb"),
+    "replaces_existing.zip": (0, "would replace the different submitted/replaces_existing/01_chain_rule/"),
+    "zip_bomb.zip": (0, "unpacks to 41,943,040 bytes"),
+    "misnamed_in_zip.zip": (0, "no 01_chain_rule.ipynb in misnamed_in_zip.zip (found: 01_chain_rule_final.ipynb)"),
+    "link_member.zip": (0, "is a symbolic link: not followed"),
 }
 
 
@@ -89,10 +133,13 @@ def perfect_answers():
             for c in course.solution_cells(solution)}
 
 
+def _index(cells, grade_id):
+    return next(i for i, c in enumerate(cells) if course.nbgrader_meta(c).get("grade_id") == grade_id)
+
+
 def tamper(nb, how):
     cells = nb.cells
-    index = next(i for i, c in enumerate(cells) if course.nbgrader_meta(c).get("grade_id") == VICTIM)
-    answer = next(i for i, c in enumerate(cells) if course.nbgrader_meta(c).get("grade_id") == f"{VICTIM}_solution")
+    index, answer = _index(cells, VICTIM), _index(cells, f"{VICTIM}_solution")
     if how == "edit":
         cells[index].source = "pass"
     elif how == "delete":
@@ -101,62 +148,242 @@ def tamper(nb, how):
         cells.insert(index + 1, nbformat.from_dict({**cells[index], "id": "copied-test-cell"}))
     elif how == "move_before_answer":
         cells.insert(answer, cells.pop(index))
+    elif how == "add_grade_cell":
+        cells.append(nbformat.v4.new_code_cell("pass", metadata={"nbgrader": {
+            "grade": True, "solution": False, "locked": True, "grade_id": "bonus", "points": 1000,
+            "schema_version": 3}}))
+    elif how == "markdown":
+        cells[index] = nbformat.v4.new_markdown_cell(cells[index].source, metadata=cells[index].metadata)
+    elif how == "flip_solution":
+        cells[answer].metadata.nbgrader.update(grade=True, points=1000)
+    elif how == "metadata_string":
+        cells[answer].metadata["nbgrader"] = "solution please"
     return nb
+
+
+def zip_bytes(members: dict, *, link: str = "", encrypted: bool = False) -> bytes:
+    """A zip of {name: bytes}; `link`: that member stored as a symbolic link; `encrypted`: every
+    member flagged as encrypted (as a password-protected zip is)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            info = zipfile.ZipInfo(name)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            if name == link:
+                info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            z.writestr(info, data)
+    data = bytearray(buffer.getvalue())
+    if encrypted:
+        for signature, offset in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+            for match in re.finditer(re.escape(signature), bytes(data)):
+                data[match.start() + offset] |= 0x1
+    return bytes(data)
+
+
+@contextlib.contextmanager
+def terminal_output(into: list):
+    """Everything this process and its children write to stdout and stderr while the block runs."""
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1), os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            os.close(saved[0]), os.close(saved[1])
+            sink.seek(0)
+            into.append(sink.read().decode("utf-8", "replace"))
+
+
+def place_broken(root, student, what, released_text, secret_file):
+    folder = root / "submitted" / student / NAME
+    path = folder / f"{NAME}.ipynb"
+    if what == "linked_folder":
+        (root / "elsewhere" / NAME).mkdir(parents=True)
+        (root / "elsewhere" / NAME / f"{NAME}.ipynb").write_text(released_text)
+        (root / "submitted" / student).symlink_to(root / "elsewhere")
+        return
+    folder.mkdir(parents=True)
+    if isinstance(what, bytes):
+        path.write_bytes(what)
+    elif what == "half":
+        path.write_text(released_text[: len(released_text) // 2])
+    elif what == "latin1":
+        path.write_bytes(released_text.encode().replace(b"chain", b"ch\xe9ain", 1))  # an é in Latin-1
+    elif what == "nbformat5":
+        path.write_text(released_text.replace('"nbformat": 4', '"nbformat": 5'))
+    elif what == "large":
+        path.write_bytes(b" " * (submissions.MAX_NOTEBOOK_BYTES + 1))
+    elif what == "symlink":
+        path.symlink_to(secret_file)
+    elif what == "misnamed":
+        (folder / "my_chain_rule.ipynb").write_text(released_text)
+
+
+def build_zips(folder, root, released, perfect):
+    full = nbformat.writes(submission(released, perfect)).encode()
+    blank = nbformat.writes(submission(released, {})).encode()
+    note = b"not a notebook"
+    made = {
+        "zipped student.zip": zip_bytes({f"../../../{NAME}.ipynb": full, "notes.txt": note}),
+        "张伟.zip": zip_bytes({f"{NAME}.ipynb": full}),
+        "with_autosave.zip": zip_bytes({f"work/{NAME}.ipynb": full,
+                                        f"work/.ipynb_checkpoints/{NAME}-checkpoint.ipynb": blank}),
+        "encrypted.zip": zip_bytes({f"{NAME}.ipynb": full}, encrypted=True),
+        "two_copies.zip": zip_bytes({f"{NAME}.ipynb": full, f"v2/{NAME}.ipynb": blank}),
+        "replaces_existing.zip": zip_bytes({f"{NAME}.ipynb": blank}),
+        "zip_bomb.zip": zip_bytes({f"{NAME}.ipynb": b"0" * 40 * 2**20}),
+        "misnamed_in_zip.zip": zip_bytes({f"{NAME}_final.ipynb": full}),
+        "link_member.zip": zip_bytes({f"{NAME}.ipynb": b"/etc/shadow"}, link=f"{NAME}.ipynb"),
+    }
+    made["truncated.zip"] = made["zipped student.zip"][:len(made["zipped student.zip"]) // 2]
+    for name, data in made.items():
+        (folder / name).write_bytes(data)
+    existing = root / "submitted" / "replaces_existing" / NAME
+    existing.mkdir(parents=True)
+    (existing / f"{NAME}.ipynb").write_bytes(full)
+
+
+def new_class(root):
+    shutil.copy(course.ROOT / "nbgrader_config.py", root)
+    shutil.copytree(course.SOLUTIONS / NAME, root / "solutions" / NAME)
+    run = classgrade.nbgrader_runner(root)
+    classgrade.ensure_in_gradebook(root, [NAME], run)
+    return run, root / "release" / NAME / f"{NAME}.ipynb"
+
+
+def place(root, student, nb):
+    folder = root / "submitted" / student / NAME
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / f"{NAME}.ipynb")
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("class")
-    shutil.copy(course.ROOT / "nbgrader_config.py", root)
-    shutil.copytree(course.SOLUTIONS / NAME, root / "solutions" / NAME)
-    run = classgrade.nbgrader_runner(root)
-    classgrade.ensure_in_gradebook(root, [NAME], run)
-    released = root / "release" / NAME / f"{NAME}.ipynb"
+    run, released = new_class(root)
     perfect = perfect_answers()
-
-    def place(student, nb):
-        folder = root / "submitted" / student / NAME
-        folder.mkdir(parents=True)
-        nbformat.write(nb, folder / f"{NAME}.ipynb")
+    secret_file = tmp_path_factory.mktemp("elsewhere") / "shadow"
+    secret_file.write_text(SECRET + "\nsecond line\n")
 
     for student, (cell, _) in ANSWERS.items():
         answers = {} if student == "blank" else {**perfect, VICTIM: cell} if cell else perfect
-        place(student, submission(released, answers))
+        place(root, student, submission(released, answers))
     for student, (cell, _) in INTRUDERS.items() if ISOLATED else ():
-        place(student, submission(released, {**perfect, VICTIM: cell.format(root=root)}))
-    for student, (how, cell, _) in EDITS.items():
+        place(root, student, submission(released, {**perfect, VICTIM: cell.format(root=root)}))
+    for student, (how, cell, _, _) in EDITS.items():
         answers = {**perfect, VICTIM: cell} if cell else {k: v for k, v in perfect.items() if k != VICTIM}
-        place(student, tamper(submission(released, answers), how))
+        place(root, student, tamper(submission(released, answers), how))
+    for student, (what, _) in BROKEN.items():
+        place_broken(root, student, what, nbformat.writes(submission(released, perfect)), secret_file)
 
     zips = root / "lms_downloads"
     zips.mkdir()
-    with zipfile.ZipFile(zips / "zipped student.zip", "w") as z:  # a path that tries to climb out
-        z.writestr(f"../../../{NAME}_final.ipynb", nbformat.writes(submission(released, perfect)))
-        z.writestr("notes.txt", "not a notebook")
+    build_zips(zips, root, released, perfect)
 
-    limits = Limits(cell_seconds=15, submission_seconds=300, memory_mb=1500, output_chars=20_000)
-    results = classgrade.grade_class(root, [NAME], workers=2, limits=limits, zips=zips, progress=False, run=run)
+    limits = Limits(cell_seconds=30, submission_seconds=300, memory_mb=1500, output_chars=20_000)  # 30 s: loaded CI
+    said = []
+    with terminal_output(said):
+        result = classgrade.grade_class(root, [NAME], workers=2, limits=limits, zips=zips, progress=False, run=run)
+    files = report.write_report(classgrade.scores(root, [NAME]), root / "reports", result.outcomes.values(),
+                                result.zip_ids)
     run("export")
-    return root, results
+    return root, result, files, said[0]
 
 
-def test_every_submission_gets_its_intended_score(graded):
-    root, results = graded
+def expected_totals(result):
+    expected = {s: float(v[-1]) for s, v in {**ANSWERS, **(INTRUDERS if ISOLATED else {})}.items()}
+    expected |= {s: float(v[2]) for s, v in EDITS.items()}
+    expected |= {s: 0.0 for s in BROKEN}
+    expected |= {result.zip_ids[z]: float(score) for z, (score, _) in ZIPS.items()}
+    return expected
+
+
+def test_every_submission_gets_its_intended_score_in_the_export_and_the_report(graded):
+    root, result, _, _ = graded
+    expected = expected_totals(result)
     with open(root / "grades.csv") as f:
-        got = {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
-    expected = {s: float(v[-1]) for s, v in {**ANSWERS, **EDITS, **(INTRUDERS if ISOLATED else {})}.items()}
-    expected["zipped_student"] = 12.0
-    assert got == expected
-    assert len(results) == len(expected)
+        exported = {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
+    reported = {}
+    with open(root / "reports" / "scores.csv") as f:
+        for row in csv.DictReader(f):
+            reported[row["student"]] = reported.get(row["student"], 0.0) + float(row["score"])
+    wrong = {s: (exported.get(s), expected[s], result.outcomes.get((s, NAME))) for s in expected
+             if exported.get(s) != expected[s]}
+    assert exported == expected, wrong
+    assert reported == expected
+    assert set(result.outcomes) == {(s, NAME) for s in expected}
+
+
+def test_each_broken_file_is_that_students_zero_with_the_reason(graded):
+    root, result, _, said = graded
+    with open(root / "reports" / "failures.csv") as f:
+        why = {row["student"]: row["problem"] for row in csv.DictReader(f) if row["graded"] == "no"}
+    expected = {s: reason for s, (_, reason) in BROKEN.items()}
+    expected |= {result.zip_ids[z]: reason for z, (_, reason) in ZIPS.items() if reason}
+    assert set(why) == set(expected)
+    for student, reason in expected.items():
+        assert reason in why[student], (student, why[student])
+        outcome = result.outcomes[(student, NAME)]
+        assert not outcome.graded and reason in outcome.reason
+    messages = {(r["student"], r["exercise"]): r["message"] for r in classgrade.scores(root, [NAME])}
+    assert messages[("empty_file", VICTIM)].startswith("Not graded:") and "is empty" in messages[("empty_file", VICTIM)]
+    assert len(result.not_graded()) == len(expected)
+
+
+def test_the_run_says_how_many_could_not_be_graded(graded, tmp_path, capsys, monkeypatch):
+    """The command's exit status and last line, from the same class (graded again: nothing changes)."""
+    from autograder.grader import cli
+    root, result, _, _ = graded
+    monkeypatch.setattr(classgrade, "grade_class", lambda *a, **k: result)
+    status = cli.main(["grade", NAME, "--root", str(root), "--quiet", "--report", str(tmp_path)])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert status == cli.NOT_ALL_GRADED
+    assert last.startswith(f"{len(result.not_graded())} submissions could not be graded and scored 0")
+
+
+def test_tampered_metadata_is_undone_and_noted(graded):
+    _, result, _, _ = graded
+    for student, (_, _, _, note) in EDITS.items():
+        outcome = result.outcomes[(student, NAME)]
+        assert outcome.graded, student
+        if note:
+            assert any(note in n for n in outcome.notes), (student, outcome.notes)
+    assert result.outcomes[("perfect", NAME)].notes == [], "an untouched notebook is restored silently"
+    with open(graded[0] / "reports" / "failures.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row["student"] == "added_grade_cell_1000_points"]
+    assert rows and rows[0]["graded"] == "yes" and "earns nothing" in rows[0]["problem"]
+
+
+def test_no_secret_reaches_the_terminal_the_reports_or_the_gradebook(graded):
+    root, _, files, said = graded
+    assert SECRET not in said
+    for path in [*files, root / "gradebook.db", root / "grades.csv"]:
+        assert SECRET.encode() not in path.read_bytes(), path
+    assert not list((root / "autograded").glob("symlink_to_a_secret/**/*.ipynb"))
+    assert "checksum" not in said.lower(), "no 'checksum has changed' warning for unedited test cells"
+
+
+def test_messages_are_capped_everywhere(graded):
+    root, result, files, _ = graded
+    row = next(r for r in classgrade.scores(root, [NAME]) if r["student"] == "huge_exception_message"
+               and r["exercise"] == VICTIM)
+    assert "ValueError" in row["message"] and "more characters]" in row["message"]
+    assert len(row["message"]) < recording.MESSAGE_CHARS + 60
+    assert all(f.stat().st_size < 2_000_000 for f in files)
+    autograded = root / "autograded" / "huge_exception_message" / NAME / f"{NAME}.ipynb"
+    assert autograded.stat().st_size < 2_000_000
 
 
 def test_failures_say_why(graded):
-    root, _ = graded
+    root, _, _, _ = graded
     messages = {(r["student"], r["exercise"]): r["message"] for r in classgrade.scores(root, [NAME])}
     said = {s: messages[(s, VICTIM)] for s in ("endless_loop_ignoring_interrupts", "os_exit", "memory_bomb",
                                                "output_flood", "wrong_type", "wrong_shape", "wrong_dtype",
                                                "wrong_device", "nan", "renamed_function")}
-    assert "stopped after 15 s" in said["endless_loop_ignoring_interrupts"]
+    assert "stopped after 30 s" in said["endless_loop_ignoring_interrupts"]
     assert "ended the Python process" in said["os_exit"]
     assert "1500 MB" in said["memory_bomb"]
     assert "printed" in said["output_flood"]
@@ -168,7 +395,7 @@ def test_failures_say_why(graded):
 
 @pytest.mark.skipif(not ISOLATED, reason="kernels are isolated only when grading as root on Linux")
 def test_kernels_cannot_reach_the_grader_files(graded):
-    root, _ = graded
+    root, _, _, _ = graded
     messages = {(r["student"], r["exercise"]): r["message"] for r in classgrade.scores(root, [NAME])}
     for student in INTRUDERS:
         assert "PermissionError" in messages[(student, VICTIM)], (student, messages[(student, VICTIM)])
@@ -177,19 +404,176 @@ def test_kernels_cannot_reach_the_grader_files(graded):
     assert course.solution_cells(perfect)
 
 
-def test_zip_members_cannot_write_outside_the_class_folder(graded):
-    root, _ = graded
-    assert (root / "submitted" / "zipped_student" / NAME / f"{NAME}.ipynb").exists()
-    assert not list(root.parent.glob(f"*{NAME}_final.ipynb")) and not list(root.glob(f"*{NAME}_final.ipynb"))
+def test_zips_are_read_never_extracted_and_never_replace_silently(graded):
+    root, result, _, _ = graded
+    student = result.zip_ids["zipped student.zip"]
+    assert (root / "submitted" / student / NAME / f"{NAME}.ipynb").exists()
+    assert not list(root.parent.glob(f"*{NAME}.ipynb")) and not list(root.glob(f"*{NAME}.ipynb"))
+    kept = nbformat.read(root / "submitted" / "replaces_existing" / NAME / f"{NAME}.ipynb", as_version=4)
+    assert "(x > 0).to(x.dtype)" in kept.cells[_index(kept.cells, f"{VICTIM}_solution")].source, "still the first one"
+    assert not (root / "submitted" / result.zip_ids["zip_bomb.zip"]).exists()
+    with open(root / "reports" / "zip_students.csv") as f:
+        assert {row["zip"]: row["student"] for row in csv.DictReader(f)} == result.zip_ids
 
 
-def test_report_has_every_student_and_exercise(graded, tmp_path):
-    root, _ = graded
+def test_student_ids_are_stable_distinct_and_plain():
+    names = ["zipped student", "张伟", "张伟 ", "José García", "Jose Garcia", "Jose_Garcia", "..", "a/b", ""]
+    ids = [submissions.student_id(n) for n in names]
+    assert ids == [submissions.student_id(n) for n in names], "the same name always gives the same id"
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", i) for i in ids)
+    assert submissions.student_id("Jose_Garcia") == "Jose_Garcia"
+    assert submissions.student_id("José García").startswith("Jose_Garcia-")
+    assert re.fullmatch(r"student-[0-9a-f]{8}", submissions.student_id("张伟"))
+
+
+def test_the_report_has_every_student_and_exercise(graded, tmp_path):
+    root, result, _, _ = graded
     rows = classgrade.scores(root, [NAME])
     files = report.write_report(rows, tmp_path)
     assert all(f.exists() and f.stat().st_size > 0 for f in files)
-    assert len({r["student"] for r in rows}) == len(ANSWERS) + len(EDITS) + len(INTRUDERS) * ISOLATED + 1
+    assert len({r["student"] for r in rows}) == len(expected_totals(result))
     assert report.pass_rates(rows)[f"{NAME}: {VICTIM}"] < report.pass_rates(rows)[f"{NAME}: sigmoid_grad"]
+
+
+def test_feedback_and_formgrader_files_exist_for_graded_submissions_only(graded):
+    root, _, _, _ = graded
+    run = classgrade.nbgrader_runner(root)
+    run("generate_feedback", NAME, "--student=perfect")
+    page = root / "feedback" / "perfect" / NAME / f"{NAME}.html"
+    assert page.exists() and "relu_grad" in page.read_text() and "BEGIN HIDDEN TESTS" not in page.read_text()
+    assert (root / "autograded" / "os_exit" / NAME / f"{NAME}.ipynb").exists()
+    assert not (root / "autograded" / "empty_file").exists()
+
+
+def test_a_submission_that_cannot_be_recorded_or_run_scores_zero_with_the_reason(graded, tmp_path):
+    """Recorded as not graded (what a dead worker leads to), in a copy of the class's gradebook."""
+    root, _, _, _ = graded
+    shutil.copy(root / "gradebook.db", tmp_path)
+    shutil.copy(root / "nbgrader_config.py", tmp_path)
+    recorder = recording.Recorder(tmp_path)
+    outcomes = {}
+    try:
+        classgrade._record(recorder, outcomes, ("perfect", NAME), reason="the grading worker failed: KilledWorker")
+    finally:
+        recorder.close()
+    assert not outcomes[("perfect", NAME)].graded
+    rows = [r for r in classgrade.scores(tmp_path, [NAME]) if r["student"] == "perfect"]
+    assert rows and all(r["score"] == 0 and "KilledWorker" in r["message"] for r in rows)
+
+
+def test_scores_stay_within_each_cells_points():
+    cell = nbformat.v4.new_code_cell("x")
+    for value, expected in (("1000", 0.0), ("-5", 0.0), ("nan", 0.0), ("0.5", 0.5), ("'text'", 1.0)):
+        cell.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": value}, execution_count=1)]
+        assert recording.cell_score(cell, 1.0)[0] == expected, value
+    cell.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "1"}, execution_count=1),
+                    nbformat.v4.new_output("error", ename="GradingError", evalue="wrong", traceback=[])]
+    assert recording.cell_score(cell, 1.0) == (0.0, "GradingError: wrong"), "an error counts wherever it is"
+
+
+def test_the_plain_nbgrader_step_turns_an_impossible_partial_credit_into_an_error():
+    cell = nbformat.v4.new_code_cell("x", metadata={"nbgrader": {"grade": True, "solution": False, "points": 1,
+                                                                 "grade_id": "g", "locked": True}})
+    cell.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "1000"}, execution_count=1)]
+    nb, _ = recording.BoundedPartialCredit().preprocess(nbformat.v4.new_notebook(cells=[cell]), {})
+    out = nb.cells[0].outputs[0]
+    assert out.output_type == "error" and "not a score between 0 and 1" in out.evalue
+
+
+def test_plain_mode_bounds_a_forged_partial_credit(tmp_path):
+    """--plain: test cells run in the kernel, where a submission can make a test cell's last value 1000."""
+    run, released = new_class(tmp_path)
+    perfect = perfect_answers()
+    forged = ("import autograder.checks\n_real = autograder.checks.check_cases\n"
+              "autograder.checks.check_cases = (\n"
+              "    lambda name, *a, **k: 1000 if name == 'relu_grad' else _real(name, *a, **k))\n" + GOOD)
+    place(tmp_path, "perfect", submission(released, perfect))
+    place(tmp_path, "forged_partial_credit", submission(released, {**perfect, VICTIM: forged}))
+    result = classgrade.grade_class(tmp_path, [NAME], workers=2, limits=Limits(cell_seconds=30), progress=False,
+                                    run=run, plain=True)
+    run("export")
+    with open(tmp_path / "grades.csv") as f:
+        assert {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)} == {
+            "perfect": 12.0, "forged_partial_credit": 11.0}
+    assert "not a score between 0 and 1" in result.outcomes[("forged_partial_credit", NAME)].messages[VICTIM]
+
+
+def test_restore_rebuilds_from_the_source_and_says_what_it_undid(graded):
+    root, _, _, _ = graded
+    with classgrade.open_gradebook(root) as gb:
+        source = sanitize.load_source(gb, NAME)
+    released = course.read(root / "release" / NAME / f"{NAME}.ipynb")
+    restored, notes = sanitize.restore(released, source)
+    assert notes == []
+    test = restored.cells[_index(restored.cells, VICTIM)]
+    assert "BEGIN HIDDEN TESTS" in test.source and test.metadata.nbgrader["points"] == 1.0
+    assert [c for c in restored.cells if c.get("outputs")] == []
+
+
+def test_parse_notebook_names_what_is_wrong():
+    cases = {b"   ": "is empty", b"\xff\xfe": "not UTF-8", b'{"cells": [': "not a complete notebook",
+             b'{"nbformat": "5", "cells": []}': "nbformat 5", b"[" * 100_000 + b"]" * 100_000: "nests"}
+    for data, reason in cases.items():
+        with pytest.raises(submissions.NotGradable, match=re.escape(reason)):
+            submissions.parse_notebook(data, "x.ipynb")
+
+
+def test_nbgrader_env_does_not_grow_path():
+    from autograder.grader.nbgrader_run import nbgrader_env, with_scripts_on_path
+    before = os.environ["PATH"]
+    for _ in range(50):
+        with with_scripts_on_path():
+            path = os.environ["PATH"]
+        nbgrader_env()
+    assert os.environ["PATH"] == before
+    assert path.split(os.pathsep).count(os.path.dirname(sys.executable)) == 1
+
+
+def test_class_grading_does_not_import_the_command_line():
+    code = "import sys, autograder.grader.classgrade; print('autograder.grader.cli' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def _answers_http(port: int) -> bool:
+    """Whether an HTTP GET of a Dask route on this port gets a page (any route at all)."""
+    import http.client
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", "/health")
+        return connection.getresponse().status != 404
+    except (OSError, http.client.HTTPException):  # not HTTP (a TLS port) or closed on us
+        return False
+    finally:
+        connection.close()
+
+
+def _tls_without_a_certificate_is_refused(host: str, port: int) -> bool:
+    import socket
+    import ssl
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=5) as raw, context.wrap_socket(raw) as tls:
+            tls.sendall(b"\0" * 8)
+            return tls.recv(1) == b""
+    except (ssl.SSLError, ConnectionError, TimeoutError):
+        return True
+
+
+def test_the_local_cluster_authenticates_listens_on_loopback_only_and_limits_memory():
+    import psutil
+    with classgrade.dask_client(1, None, memory_mb=1234) as client:
+        info = client.scheduler_info()
+        assert info["address"].startswith("tls://127.0.0.1:")
+        assert [w["memory_limit"] for w in info["workers"].values()] == [1234 * 2**20]
+        me = psutil.Process()
+        listening = [c.laddr for p in [me, *me.children(recursive=True)] for c in p.net_connections("inet")
+                     if c.status == psutil.CONN_LISTEN]
+        assert listening and all(addr.ip == "127.0.0.1" for addr in listening), listening
+        assert not [addr.port for addr in listening if _answers_http(addr.port)], "an HTTP route is served"
+        host, port = info["address"].removeprefix("tls://").rsplit(":", 1)
+        assert _tls_without_a_certificate_is_refused(host, int(port))
 
 
 def test_patched_checks_fool_the_kernel_but_not_the_grader(tmp_path):
@@ -207,14 +591,6 @@ def test_patched_checks_fool_the_kernel_but_not_the_grader(tmp_path):
         verdicts[mode] = [o.evalue for o in cell.outputs if o.output_type == "error"]
     assert verdicts["kernel"] == []
     assert verdicts["trusted"] and "wrong values" in verdicts["trusted"][0]
-
-
-def test_a_submission_no_worker_could_run_scores_zero_with_the_reason():
-    nb = submission(course.solution_path(NAME), perfect_answers())
-    result = classgrade.not_graded(nbformat.writes(nb), "KilledWorker: worker died")
-    graded = nbformat.reads(result["notebook"], as_version=4)
-    errors = [o.evalue for c in course.grade_cells(graded) for o in c.outputs if o.output_type == "error"]
-    assert len(errors) == len(course.grade_cells(graded)) and all("KilledWorker" in e for e in errors)
 
 
 @pytest.mark.parametrize("name", course.assignment_names())

@@ -1,7 +1,8 @@
 """nbgrader end to end, as an instructor runs it: generate, hand out, autograde, export.
 
 Submissions: perfect, blank, one exercise wrong, one exercise blank with its test cell edited
-to pass, and one with that test cell deleted. Edited or deleted tests must not earn points.
+to pass, and one with that test cell deleted. Edited or deleted tests must not earn points, and
+only the edited one is reported (no "checksum has changed" warning for test cells as released).
 """
 import csv
 import html
@@ -22,8 +23,8 @@ from autograder.grader.nbgrader_run import nbgrader_env
 NAMES = course.assignment_names()
 
 
-def nbgrader(workdir, *args):
-    result = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"],
+def nbgrader(workdir, *args, log_level="ERROR"):
+    result = subprocess.run([sys.executable, "-m", "nbgrader", *args, f"--log-level={log_level}"],
                             cwd=workdir, capture_output=True, text=True, env=nbgrader_env())
     assert result.returncode == 0, result.stdout + result.stderr
     return result
@@ -67,8 +68,9 @@ def submission(released, answers, edit_test=None, delete_test=None):
     for cell in course.grade_cells(nb):
         if course.graded_name(course.nbgrader_meta(cell)["grade_id"]) == edit_test:
             cell.source = "pass"
+    graded = course.grade_cells(nb)
     nb.cells = [c for c in nb.cells
-                if not (c in course.grade_cells(nb) and course.graded_name(course.nbgrader_meta(c)["grade_id"]) == delete_test)]
+                if not (c in graded and course.graded_name(course.nbgrader_meta(c)["grade_id"]) == delete_test)]
     return nb
 
 
@@ -104,7 +106,10 @@ def test_instructor_workflow_scores_submissions(name, tmp_path):
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / f"{name}.ipynb")
 
-    nbgrader(tmp_path, "autograde", name, "--create")
+    said = nbgrader(tmp_path, "autograde", name, "--create", log_level="WARNING")
+    said = said.stdout + said.stderr
+    assert "checksum" not in said.lower(), "test cells as released (hidden tests removed) are restored silently"
+    assert re.search(rf"edited_test, {name}: {victim}[\w-]*: the locked cell was edited", said), said[-2000:]
     nbgrader(tmp_path, "generate_feedback", name)
     nbgrader(tmp_path, "export")
 

@@ -37,6 +37,7 @@ class ClassResult:
     """Every (student, assignment) this run met, and the student ids it gave to zip files."""
     outcomes: dict  # (student, assignment) -> recording.Outcome
     zip_ids: dict  # zip file name -> student id
+    seconds: dict = dataclasses.field(default_factory=dict)  # where the run's time went, by phase
 
     def not_graded(self) -> list:
         return [o for o in self.outcomes.values() if not o.graded]
@@ -65,7 +66,7 @@ def ensure_in_gradebook(root: pathlib.Path, names: list, run) -> None:
 def prepare(root: pathlib.Path, sub: submissions.Submission, source) -> tuple:
     """(the notebook to run, notes): read safely, parsed, rebuilt from the source; or NotGradable."""
     label = submissions.describe(sub.path.relative_to(root))
-    nb = submissions.parse_notebook(submissions.read_bounded(sub.path), label)
+    nb = submissions.parse_notebook(submissions.read_bounded(sub.path, label=label), label)
     return sanitize.restore(nb, source)
 
 
@@ -125,7 +126,8 @@ def dask_client(workers: int, scheduler: str | None, memory_mb: int = WORKER_MEM
     with dask.config.set(quiet):  # read as the scheduler and the nannies are built (workers get a copy)
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                                dashboard_address=None, security=_security(), memory_limit=f"{memory_mb}MiB",
-                               scheduler_kwargs={"allowed_failures": 1}, silence_logs=logging.ERROR)
+                               scheduler_kwargs={"allowed_failures": 1, "dashboard_address": "127.0.0.1:0"},
+                               silence_logs=logging.ERROR)
     with cluster:
         client = Client(cluster)
         try:
@@ -194,60 +196,93 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
     limits = limits or Limits()
     run = run or nbgrader_runner(root)
     outcomes, zip_ids, problems = {}, {}, []
+    clock = Phases()
     with BackgroundClient(workers, scheduler, worker_memory_mb) as background:
-        if zips:
-            problems, zip_ids = submissions.unpack_zips(pathlib.Path(zips), root, names)
-        ensure_in_gradebook(root, names, run)
-        recorder = recording.Recorder(root)
+        with clock("read, check and rebuild submissions"):
+            if zips:
+                problems, zip_ids = submissions.unpack_zips(pathlib.Path(zips), root, names)
+            ensure_in_gradebook(root, names, run)
+            recorder = recording.Recorder(root)
         try:
-            sources = {name: sanitize.load_source(recorder.gb, name) for name in names}
-            found, more = submissions.find_submissions(root, names)
-            blocked = {}
-            for problem in problems + more:
-                blocked.setdefault((problem.student, problem.assignment), problem.reason)
-            jobs = []
-            for sub in found:
-                key = (sub.student, sub.assignment)
-                if key in blocked:
-                    continue
-                try:
-                    nb, notes = prepare(root, sub, sources[sub.assignment])
-                except submissions.NotGradable as err:
-                    blocked[key] = str(err)
-                    continue
-                jobs.append((key, nb, notes))
-            for key, reason in blocked.items():
-                _record(recorder, outcomes, key, reason=reason)
-            names_of = {name: None if plain else trusted_names(root, name) for name in names}
-            hidden = [str(p) for p in isolation.secrets_of(root)]
-            if jobs and not isolation.available():
-                print("note: kernels run as this user and can read what it can (solutions, gradebook); "
-                      "grade as root on Linux to isolate them (see README)", file=sys.stderr)
+            with clock("read, check and rebuild submissions"):
+                sources = {name: sanitize.load_source(recorder.gb, name) for name in names}
+                jobs, blocked = _prepare_all(root, names, sources, problems)
+            with clock("record submissions not graded"):
+                for key, reason in blocked.items():
+                    _record(recorder, outcomes, key, reason=reason)
+            with clock("check kernel isolation"):
+                names_of = {name: None if plain else trusted_names(root, name) for name in names}
+                hidden = [str(p) for p in isolation.secrets_of(root)]
+                if jobs and not isolation.available():
+                    print("note: kernels run as this user and can read what it can (solutions, gradebook); "
+                          "grade as root on Linux to isolate them (see README)", file=sys.stderr)
             futures = {}
             if jobs:
-                client = background.get()
+                with clock("wait for the cluster to start"):
+                    client = background.get()
                 for key, nb, notes in jobs:
                     future = client.submit(execute_submission, nbformat.writes(nb), dataclasses.asdict(limits),
                                            names_of[key[1]], hidden, pure=False)
                     futures[future] = (key, nb, notes)
             bar = tqdm(total=len(futures), unit="notebook", desc="grading", disable=not progress, file=sys.stdout)
-            for future in as_completed(futures):
-                key, nb, notes = futures[future]
-                try:
-                    result = future.result()
-                    executed = recording.merged(nb, nbformat.reads(result["notebook"], as_version=4))
-                except Exception as err:  # a worker died or failed: this submission scores 0, the run goes on
-                    _record(recorder, outcomes, key, reason=f"the grading worker failed: {type(err).__name__}: {err}",
-                            notes=notes)
-                else:
-                    _record(recorder, outcomes, key, executed=executed, source=sources[key[1]], notes=notes,
-                            seconds=result["seconds"])
-                bar.set_postfix_str(f"{key[0]}/{key[1]} {outcomes[key].seconds:.1f} s")
-                bar.update()
+            with clock("run notebooks (parallel), recording each as it returns"):
+                for future in as_completed(futures):
+                    key, nb, notes = futures[future]
+                    with clock("  of which recording scores"):
+                        _collect(future, key, nb, notes, recorder, outcomes, sources)
+                    bar.set_postfix_str(f"{key[0]}/{key[1]} {outcomes[key].seconds:.1f} s")
+                    bar.update()
             bar.close()
         finally:
             recorder.close()
-    return ClassResult(outcomes, zip_ids)
+    return ClassResult(outcomes, zip_ids, clock.seconds)
+
+
+class Phases:
+    """Wall time spent in named phases (a phase may be entered several times)."""
+
+    def __init__(self):
+        self.seconds = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name):
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - began
+
+
+def _prepare_all(root, names, sources, problems) -> tuple:
+    """([(key, notebook to run, notes)], {key: why it cannot be graded}) for every submission."""
+    found, more = submissions.find_submissions(root, names)
+    blocked = {}
+    for problem in problems + more:
+        blocked.setdefault((problem.student, problem.assignment), problem.reason)
+    jobs = []
+    for sub in found:
+        key = (sub.student, sub.assignment)
+        if key in blocked:
+            continue
+        try:
+            nb, notes = prepare(root, sub, sources[sub.assignment])
+        except submissions.NotGradable as err:
+            blocked[key] = str(err)
+            continue
+        jobs.append((key, nb, notes))
+    return jobs, blocked
+
+
+def _collect(future, key, nb, notes, recorder, outcomes, sources):
+    """Record what a worker returned for one submission (or why it returned nothing)."""
+    try:
+        result = future.result()
+        executed = recording.merged(nb, nbformat.reads(result["notebook"], as_version=4))
+    except Exception as err:  # a worker died or failed: this submission scores 0, the run goes on
+        _record(recorder, outcomes, key, reason=f"the grading worker failed: {type(err).__name__}: {err}", notes=notes)
+    else:
+        _record(recorder, outcomes, key, executed=executed, source=sources[key[1]], notes=notes,
+                seconds=result["seconds"])
 
 
 def scores(root: pathlib.Path, names: list) -> list:

@@ -80,11 +80,6 @@ def colab_url(notebook_file: str) -> str:
     return f"https://colab.research.google.com/github/{REPOSITORY}/blob/{BRANCH}/notebooks/{notebook_file}"
 
 
-def badge(notebook_file: str) -> str:
-    """The README's "Open in Colab" badge for one notebook, as Markdown."""
-    return f"[![Open in Colab]({BADGE_IMAGE})]({colab_url(notebook_file)})"
-
-
 def colab_links(text: str) -> list:
     """[(notebook file, url), ...] of the Colab links in a Markdown text, in order."""
     return [(m.group(1), m.group(0)) for m in _COLAB_LINK.finditer(text)]

@@ -22,8 +22,10 @@ import pathlib
 import re
 import shutil
 import stat
+import warnings
 
 import nbformat
+import sqlalchemy.exc
 from nbgrader import utils
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import AssignLatePenalties, NbGraderPreprocessor
@@ -195,7 +197,9 @@ class Recorder:
         folder = self.root / "submitted" / student / assignment
         timestamp = _timestamp(folder)
         kwargs = {"timestamp": timestamp} if timestamp else {}
-        submission = self.gb.update_or_create_submission(assignment, student, **kwargs)
+        with warnings.catch_warnings():  # nbgrader's add_submission trips SQLAlchemy's autoflush warnings
+            warnings.simplefilter("ignore", sqlalchemy.exc.SAWarning)
+            submission = self.gb.update_or_create_submission(assignment, student, **kwargs)
         return submission, self.gb.find_submission_notebook(assignment, assignment, student)
 
     def graded(self, student, assignment, nb, source) -> dict:

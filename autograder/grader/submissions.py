@@ -74,23 +74,25 @@ def _is_link(path: pathlib.Path) -> bool:
         return False
 
 
-def read_bounded(path: pathlib.Path, limit: int = MAX_NOTEBOOK_BYTES) -> bytes:
-    """The bytes of a regular file, refusing a symbolic link (not followed) or one over `limit`."""
+def read_bounded(path: pathlib.Path, limit: int = MAX_NOTEBOOK_BYTES, label: str | None = None) -> bytes:
+    """The bytes of a regular file, refusing a symbolic link (not followed) or one over `limit`;
+    `label`: how messages name the file (its path by default)."""
+    label = label or describe(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as err:
         if _is_link(path):
-            raise NotGradable(f"{describe(path)} is a symbolic link: not followed") from None
-        raise NotGradable(f"{describe(path)} cannot be opened ({err.strerror})") from None
+            raise NotGradable(f"{label} is a symbolic link: not followed") from None
+        raise NotGradable(f"{label} cannot be opened ({err.strerror})") from None
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
         if not stat.S_ISREG(info.st_mode):
-            raise NotGradable(f"{describe(path)} is not a regular file")
+            raise NotGradable(f"{label} is not a regular file")
         if info.st_size > limit:
-            raise NotGradable(f"{describe(path)} holds {info.st_size:,} bytes; a notebook may hold {limit:,}")
+            raise NotGradable(f"{label} holds {info.st_size:,} bytes; a notebook may hold {limit:,}")
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise NotGradable(f"{describe(path)} grew past {limit:,} bytes while it was read")
+        raise NotGradable(f"{label} grew past {limit:,} bytes while it was read")
     return data
 
 
@@ -155,7 +157,8 @@ def find_submissions(root: pathlib.Path, names: list) -> tuple:
 
 def _hidden(member: str) -> bool:
     """In a hidden folder (.ipynb_checkpoints holds autosaves) or macOS's resource forks."""
-    return any(part.startswith(".") or part == "__MACOSX" for part in pathlib.PurePosixPath(member).parts)
+    return any(part.startswith(".") and part not in (".", "..") or part == "__MACOSX"
+               for part in pathlib.PurePosixPath(member).parts)
 
 
 def _candidates(z: zipfile.ZipFile, name: str) -> list:
