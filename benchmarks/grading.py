@@ -137,6 +137,12 @@ def main():
         print(f"backprop-course grade:     {ours:7.1f} s  {60 * count / ours:6.1f} submissions/min  "
               f"({count - len(result.not_graded())} of {count} graded)")
         print(f"speed-up: {serial / ours:.2f}x")
+        by_kind = {}
+        for (student, _), outcome in result.outcomes.items():
+            by_kind.setdefault(student.split("-")[0], []).append(outcome.seconds)
+        total = sum(map(sum, by_kind.values()))
+        print("our seconds per submission (as the workers ran them, in parallel): "
+              + ", ".join(f"{kind} {sum(v) / len(v):.1f}" for kind, v in by_kind.items()) + f"; total {total:.1f}")
         print("where our time went:")
         for phase, seconds in result.seconds.items():
             print(f"  {phase:<55} {seconds:7.1f} s")
