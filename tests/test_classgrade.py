@@ -166,7 +166,7 @@ def test_failures_say_why(graded):
     assert "relu_grad" in said["renamed_function"] and "not defined" in said["renamed_function"]
 
 
-@pytest.mark.skipif(not ISOLATED, reason="kernels are isolated only when grading as root on Linux")
+@pytest.mark.needs(ISOLATED, reason="kernels are isolated only when grading as root on Linux")
 def test_kernels_cannot_reach_the_grader_files(graded):
     root, _ = graded
     messages = {(r["student"], r["exercise"]): r["message"] for r in classgrade.scores(root, [NAME])}
