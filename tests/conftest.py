@@ -42,6 +42,46 @@ def require(present: bool, reason: str):
     pytest.skip(reason)
 
 
+@functools.cache
+def _stderr_fd() -> int:
+    """A copy of the real stderr, which no capture redirects (under xdist it reaches the terminal)."""
+    from _pytest.faulthandler import get_stderr_fileno
+    return os.dup(get_stderr_fileno())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item, settings):
+    """pytest-timeout's "thread" method (pyproject.toml), done by faulthandler: at the limit, the
+    stack of every thread goes to the terminal and the process ends, so the test fails (under
+    xdist: "worker crashed while running <test>", then the worker is replaced). pytest-timeout's
+    own thread method writes its dump where an xdist worker's output is lost, and needs the GIL,
+    which a C call that hangs may hold; faulthandler's watchdog needs neither."""
+    import faulthandler
+
+    import pytest_timeout
+    if settings.method != "thread" or not settings.timeout:
+        return None
+    if not settings.disable_debugger_detection and pytest_timeout.is_debugging():
+        return True
+    faulthandler.dump_traceback_later(settings.timeout, exit=True, file=_stderr_fd())
+    item.stash[_WATCHDOG] = True
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_cancel_timer(item):
+    import faulthandler
+
+    if item.stash.get(_WATCHDOG, False):
+        faulthandler.cancel_dump_traceback_later()
+        item.stash[_WATCHDOG] = False
+        return True
+    return None
+
+
+_WATCHDOG = pytest.StashKey[bool]()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu") is not None and not cuda_available():
