@@ -30,6 +30,7 @@ import importgraph
 import nbformat
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
+from packaging.version import Version
 
 MIN_STATEMENTS = 3
 NEAR_RATIO, NEAR_MIN_TOKENS = 0.75, 60
@@ -217,6 +218,15 @@ def copies(refs: list, tree: pathlib.Path) -> list:
 
 # --- the wheel ----------------------------------------------------------------------------------
 
+def modern_setuptools() -> bool:
+    """setuptools 70.1 or newer is here: it builds wheels without the `wheel` package."""
+    try:
+        import setuptools
+    except ImportError:
+        return False
+    return Version(setuptools.__version__) >= Version("70.1")
+
+
 def build_wheel(out: pathlib.Path) -> pathlib.Path:
     """The learner's wheel of a copy of this tree (pyproject.toml, README.md, autograder/), as pip builds it."""
     src = out / "src"
@@ -224,8 +234,9 @@ def build_wheel(out: pathlib.Path) -> pathlib.Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(course.ROOT / name, src / name)
     shutil.copytree(course.ROOT / "autograder", src / "autograder", ignore=shutil.ignore_patterns("__pycache__"))
-    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-               "-w", str(out / "dist"), str(src)]
+    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out / "dist"), str(src)]
+    if modern_setuptools():  # offline, with this environment's setuptools; else pip fetches one
+        command.insert(4, "--no-build-isolation")
     built = subprocess.run(command, capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = (out / "dist").glob("backprop_course-*.whl")
