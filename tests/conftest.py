@@ -82,6 +82,63 @@ def pytest_timeout_cancel_timer(item):
 _WATCHDOG = pytest.StashKey[bool]()
 
 
+# Modules whose tests take minutes each, longest first (measured with --durations on 2 loaded cores:
+# nbgrader end to end 160-520 s a notebook, class grading 440 s for its shared class and 20-150 s a
+# trusted reference, the browser 80 s, a notebook executed for test_solutions/test_release 10-50 s).
+# They run first, so that `-n 2` ends with short tests on both workers, not one long test alone.
+SLOW_FIRST = ("test_nbgrader_e2e.py", "test_classgrade.py", "test_gpu.py", "test_browser.py",
+              "test_solutions.py", "test_release.py")
+
+
+# Per-test time limits above pyproject.toml's default (300 s, 5x the slowest other test measured
+# under load), about twice the longest measured under load (e2e 520 s; the graded class 440 s of
+# set-up; the browser 80 s plus up to 240 s of waiting). A test's own @pytest.mark.timeout wins.
+LIMITS = {"test_nbgrader_e2e.py": 1200, "test_classgrade.py": 1200, "test_browser.py": 600}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow modules first (a stable sort: each module keeps its order), with their own time limits."""
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))
+    for item in items:
+        if item.path.name in LIMITS:
+            item.add_marker(pytest.mark.timeout(LIMITS[item.path.name]))
+
+
+def work_unit(nodeid: str) -> str:
+    """What one xdist worker runs together: a module's tests with the same parameter id, and its
+    unparametrised tests. Tests that share a module-scoped fixture instance (a notebook executed
+    once per parameter, a graded class) so run on one worker, which makes it once, while the
+    slow parametrised tests (a notebook graded end to end) spread over the workers."""
+    path, _, name = nodeid.partition("::")
+    return path + (name[name.index("["):] if "[" in name else "")
+
+
+class CourseScheduling:
+    """`pytest -n N` (xdist's default --dist load) schedules work units (work_unit) in collection
+    order, longest modules first, a new unit to whichever worker is nearly idle. An explicit
+    --dist other than load keeps xdist's own scheduler. (xdist's loadgroup would do this with
+    marks, but pytest 9.2's node ids no longer carry its group suffix: pytest-xdist#1386.)"""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config, log):
+        if config.getvalue("dist") != "load":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class ByWorkUnit(LoadScopeScheduling):
+            def _split_scope(self, nodeid):
+                return work_unit(nodeid)
+
+        config.option.loadscopereorder = False  # keep the slow-first order, not "most tests first"
+        return ByWorkUnit(config, log)
+
+
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(CourseScheduling(), "course-scheduling")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu") is not None and not cuda_available():
