@@ -1,5 +1,5 @@
-"""What every test run shares: a private progress file, the GPU tests' skip, and missing parts
-that fail under CI instead of skipping.
+"""What every test run shares: a private progress file, the GPU tests' skip, missing parts that
+fail under CI instead of skipping, per-test time limits, and the order and grouping of `-n 2`.
 
 Markers (registered in pyproject.toml):
 - `gpu`: runs on CUDA (`make test-gpu`). Where torch sees no CUDA device, every such test is
@@ -42,6 +42,9 @@ def require(present: bool, reason: str):
     pytest.skip(reason)
 
 
+_WATCHDOG = pytest.StashKey[bool]()  # this item's faulthandler timer is set
+
+
 @functools.cache
 def _stderr_fd() -> int:
     """A copy of the real stderr, which no capture redirects (under xdist it reaches the terminal)."""
@@ -79,20 +82,17 @@ def pytest_timeout_cancel_timer(item):
     return None
 
 
-_WATCHDOG = pytest.StashKey[bool]()
-
-
 # Modules whose tests take minutes each, longest first (measured with --durations on 2 loaded cores:
-# nbgrader end to end 160-520 s a notebook, class grading 440 s for its shared class and 20-150 s a
-# trusted reference, the browser 80 s, a notebook executed for test_solutions/test_release 10-50 s).
+# nbgrader end to end 160-550 s a notebook, class grading 370-440 s for its shared class and 20-150 s
+# a trusted reference, the browser 50-80 s, a notebook executed for test_solutions/test_release 10-50 s).
 # They run first, so that `-n 2` ends with short tests on both workers, not one long test alone.
 SLOW_FIRST = ("test_nbgrader_e2e.py", "test_classgrade.py", "test_gpu.py", "test_browser.py",
               "test_solutions.py", "test_release.py")
 
 
-# Per-test time limits above pyproject.toml's default (300 s, 5x the slowest other test measured
-# under load), about twice the longest measured under load (e2e 520 s; the graded class 440 s of
-# set-up; the browser 80 s plus up to 240 s of waiting). A test's own @pytest.mark.timeout wins.
+# Per-test time limits above pyproject.toml's default (300 s, over 3x the slowest other test measured
+# under load: 89 s), about twice the longest measured under load (e2e 550 s; the graded class 440 s
+# of set-up; the browser 80 s, and it may wait up to 240 s). A test's own @pytest.mark.timeout wins.
 LIMITS = {"test_nbgrader_e2e.py": 1200, "test_classgrade.py": 1200, "test_browser.py": 600}
 
 
