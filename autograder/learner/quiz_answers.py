@@ -91,11 +91,24 @@ def normalise(text: str) -> str:
     return squeezed.strip("'\"")
 
 
-def show_number(value) -> str:
-    """A number as a learner would write it: 3145728, not 3.145728e+06; 5.960464477539063e-08 as is."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+def show_number(value, within: float = 0.0) -> str:
+    """A number as a learner would write it: 3145728, not 3.145728e+06; otherwise with the fewest
+    significant digits that stay within `within` of it (all of them, at most 6, if `within` is 0)."""
+    if float(value).is_integer() and abs(value) < 1e15:
         return str(int(value))
-    return str(value)
+    if within <= 0:
+        return f"{value:.6g}"
+    for digits in range(1, 18):
+        shown = f"{value:.{digits}g}"
+        if abs(float(shown) - value) <= within:
+            return shown
+    return repr(value)
+
+
+def shown_answer(question: Question) -> str:
+    """A numeric question's answer, with as many digits as its tolerance makes meaningful."""
+    bound = min(bound if kind == "abs" else bound * abs(question.answer) for kind, bound in question.tolerance)
+    return show_number(question.answer, within=bound / 2) if bound > 0 else repr(question.answer)
 
 
 def within(question: Question, value: float) -> bool:
@@ -156,7 +169,7 @@ def check_numeric(question: Question, typed: str, review: str = "") -> Feedback:
     value = read_number(typed, question.unit)
     correct = within(question, value)
     unit = f" {question.unit}" if question.unit else ""
-    answer = show_number(question.answer) + unit
+    answer = shown_answer(question) + unit
     expression, given = _without_unit(typed, question.unit), show_number(value)
     given = given + unit if expression == given else f"{expression} = {given}{unit}"
     if correct:
