@@ -142,3 +142,12 @@ def test_the_learner_id_is_made_once_and_kept(private_progress):
     private_progress.write_text(private_progress.read_text()
                                 + json.dumps({"type": "learner", "id": "a-later-one"}) + "\n")
     assert progress_file.learner_id() == first  # the first one in the file counts
+
+
+def test_showing_a_quiz_never_writes_while_graded_nor_fails_where_it_cannot_write(private_progress, monkeypatch):
+    monkeypatch.setenv(progress_file.GRADING_ENV_VAR, "autograde")
+    graded = progress_file.learner_id()
+    assert graded == progress_file.learner_id() and not private_progress.exists()
+    monkeypatch.delenv(progress_file.GRADING_ENV_VAR)
+    private_progress.mkdir()  # a path that cannot be written as a file
+    assert progress_file.learner_id() == graded  # this process's own id, and no exception

@@ -11,6 +11,7 @@ import re
 
 from autograder.learner.progress_file import (  # noqa: F401 - the storage's API, offered here too
     ENV_VAR,
+    GRADING_ENV_VAR,
     append,
     attempts,
     exercise_of,
@@ -26,7 +27,6 @@ MESSAGE_CHARS = 300  # of a failing test's message, kept for the progress view
 # Every grade cell of the course starts with a docstring that names its grade id,
 # '"""vjp_linear: (gx, gW, gb) for ..."""', and imports the autograder package.
 _TEST_CELL = re.compile(r'\A\s*[rRuU]?"""\s*([A-Za-z_][\w\-]*)\s*:')
-GRADING_ENV_VAR = "NBGRADER_EXECUTION"  # set by nbgrader while it autogrades or validates
 
 
 def grade_cell_id(source: str):

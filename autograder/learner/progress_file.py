@@ -32,6 +32,7 @@ import pathlib
 import secrets
 
 ENV_VAR = "COURSE_PROGRESS"
+GRADING_ENV_VAR = "NBGRADER_EXECUTION"  # set by nbgrader while it autogrades or validates
 LEGACY_VERSION = 1
 RECORD_TYPES = ("learner", "attempt", "test")
 _DECODER = json.JSONDecoder()
@@ -231,14 +232,25 @@ def append(kind: str, entry: dict) -> None:
         _write(path, _line({"type": kind, **entry, "time": now()}))
 
 
+_UNSAVED_ID = secrets.token_hex(8)  # this process's id where none can be read or saved
+
+
 def learner_id() -> str:
-    """This learner's random id, made and saved on first use; the same in every kernel from then on."""
+    """This learner's random id, made and saved on first use; the same in every kernel from then on.
+
+    Showing a quiz must never fail or write while nbgrader grades, nor where the file cannot be written:
+    then the id is this process's own (the order of the options is then stable within the kernel)."""
+    if os.environ.get(GRADING_ENV_VAR):
+        return _UNSAVED_ID
     path = progress_path()
-    with _lock(path) as locked:
-        found = _collect(_read_records(path, locked))["learner"]
-        if found is None:
-            found = secrets.token_hex(8)
-            _write(path, _line({"type": "learner", "id": found, "time": now()}))
+    try:
+        with _lock(path) as locked:
+            found = _collect(_read_records(path, locked))["learner"]
+            if found is None:
+                found = secrets.token_hex(8)
+                _write(path, _line({"type": "learner", "id": found, "time": now()}))
+    except OSError:
+        return _UNSAVED_ID
     return found
 
 

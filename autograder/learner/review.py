@@ -37,7 +37,7 @@ from datetime import timedelta
 import fsrs
 from IPython.display import Markdown, display
 
-from autograder.learner import progress_file, quiz_schema
+from autograder.learner import progress_file, quiz, quiz_schema
 
 SECTION_ORDER = ("concept_check", "retrieve", "predict")
 DEFAULT_COUNT = 5
@@ -250,7 +250,6 @@ def summary(notebook: str, attempts=None, now=None) -> str:
 
 def show(notebook: str, count: int = DEFAULT_COUNT) -> None:
     """Display the opening review of `notebook`: widgets, or plain text with COURSE_PLAIN_QUIZ=1."""
-    from autograder.learner import quiz  # the display; quiz never imports review
     if not earlier_notebooks(notebook):
         print(f"No review in {notebook}: it is the first notebook. "
               "The questions you answer here come back at the start of the later ones.")
