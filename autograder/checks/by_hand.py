@@ -301,6 +301,12 @@ def _batchnorm_hint(got, expected, case):
     for slip, hint in BN_SLIPS.items():
         if _matches(dx, _bn_grads(*case.values(), slip)[0]):
             return hint
+    if (isinstance(dx, torch.Tensor) and dx.shape == expected[0].shape and dx.device == expected[0].device
+            and not _matches(dx, expected[0])
+            and torch.allclose(dx.double(), expected[0].double(), rtol=1e-3, atol=1e-6)):
+        return ("dx is within 0.1% of the reference but not within round-off: a small systematic difference, "
+                "such as eps in another place (BatchNorm divides by sqrt(var + eps), the biased variance) "
+                "or a step computed in float32")
     return ""
 
 
@@ -340,6 +346,8 @@ def _running_hint(got, expected, case):
     c = x.shape[1]
     if any(isinstance(t, torch.Tensor) and t.dim() > 1 for t in got):
         return f"reduce over every dimension but the channels (dim 1): the statistics have shape ({c},)"
+    if momentum != 0.1 and _matches(got[0], reference_running(case["running_mean"], old_var, x, 0.1)[0]):
+        return f"this is the update with momentum 0.1: use the momentum argument ({momentum:g} here)"
     swapped = reference_running(case["running_mean"], old_var, x, 1 - momentum)
     if _matches(got[0], swapped[0]) and not _matches(got[0], expected[0]):
         return (f"momentum convention: PyTorch keeps (1 - momentum) of the old statistic and takes momentum of "
@@ -484,16 +492,17 @@ def training_case(vocab, context, embed, hidden, batch, n_batches, steps, lr, *,
     return {"params": params, "data": data, "steps": steps, "lr": lr}
 
 
-def twin_training(params, data, steps, lr):
+def twin_training(params, data, steps, lr, loss_after_update=False):
     """(losses, final parameters) of plain SGD with autograd's gradients: step i takes
-    data[i % len(data)], records its loss, then p -= lr * grad."""
+    data[i % len(data)], records its loss, then p -= lr * grad (`loss_after_update`: a slip, for
+    hints, that records the loss of the batch after the update instead)."""
     leaves = {name: params[name].detach().clone() for name in PARAM_NAMES}
     losses = []
     for step in range(steps):
         tokens, targets = data[step % len(data)]
         loss, grads = loss_and_grads(leaves, tokens, targets)
-        losses.append(float(loss))
         leaves = {name: leaves[name] - lr * grads[name] for name in PARAM_NAMES}
+        losses.append(float(forward(leaves, tokens, targets)[0] if loss_after_update else loss))
     return losses, leaves
 
 
@@ -510,7 +519,9 @@ def _training_hint(got_losses, case):
                         "or store the new tensors back into the dict", (params, data, steps, 0.0)),
                        ("the parameters move uphill: SGD subtracts lr * grad", (params, data, steps, -lr)),
                        ("every step uses the first batch: step i takes data[i % len(data)]",
-                        (params, data[:1], steps, lr))):
+                        (params, data[:1], steps, lr)),
+                       ("each loss is the batch's loss after the update: record the loss the step's forward pass "
+                        "computed, before updating", (params, data, steps, lr, True))):
         losses = twin_training(*twin)[0]
         if torch.allclose(torch.tensor(got_losses, dtype=torch.float64), torch.tensor(losses, dtype=torch.float64),
                           **CLOSE):
