@@ -239,6 +239,7 @@ SLIPS = {
     "emb_assumes_two_dims": "raised ValueError",
     "emb_autograd": "called autograd",
     "emb_aten_kernel": "aten::embedding_dense_backward",
+    "emb_grad_fn_apply": "'NoneType' object is not callable",
     "run_biased": "uses the biased variance",
     "run_momentum_swapped": "momentum convention",
     "run_in_place": "in place",

@@ -10,8 +10,8 @@ shows its source.
 How the exercises are graded: every reference is PyTorch itself, computed at grading time in
 float64 on the grading device: autograd through `F.embedding`, `F.batch_norm` and the model's
 forward, and `F.batch_norm`'s own running-statistics update. None of it is an answer, because the
-learner's call runs with autograd refused (`no_autograd=True`) and, through `guarded`, with every
-ATen kernel whose name holds "batch_norm" or "backward" refused too (`F.batch_norm`,
+learner's call runs with autograd refused (`no_autograd=True`), under `torch.no_grad()` and,
+through `guarded`, with every ATen kernel whose name holds "batch_norm" or "backward" refused too (`F.batch_norm`,
 `nn.BatchNorm1d`, `torch.batch_norm_update_stats`, `aten::embedding_dense_backward`, ...), however
 it was reached. `train_by_hand` is compared step by step with an autograd-trained twin (`twin_training`).
 
@@ -160,13 +160,14 @@ def _private(value):
 
 def guarded(exercise, fn, args, shown, driver=None):
     """`fn(*args)` (or `driver(fn, *args)`) by hand: through `call_student` with autograd refused,
+    under `torch.no_grad()` (no graph is recorded, so no node's backward can be called directly),
     `F.batch_norm` and `nn.BatchNorm1d` forbidden, and no ATen BatchNorm or backward kernel allowed,
     however reached. The answer gets private copies: nothing it does to them reaches the caller."""
     private = _private(list(args))
 
     def run():
         watch = _KernelWatch()
-        with watch:
+        with torch.no_grad(), watch:  # no graph either: a node's backward cannot be called by hand
             result = fn(*private) if driver is None else driver(fn, *private)
         if watch.used:
             what = ("PyTorch's own backward kernel {}: write the gradient yourself" if "backward" in watch.used
