@@ -26,6 +26,10 @@ from jupyter_client.manager import AsyncKernelManager
 
 from autograder.grader import bubblewrap
 
+# Top-level entries of a course directory that a kernel must never reach (none is on the sandbox's
+# allow-list; a plan that would expose one is refused, see bubblewrap.refused).
+SECRETS = ("solutions", "source", "submitted", "autograded", "feedback", "reports", "tests", ".git",
+           "gradebook.db", "grades.csv")
 FIRST_UID, LAST_UID = 1_000_000, 2_000_000_000  # far above any real account's id
 HOME = f"/home/{bubblewrap.SANDBOX_USER}"  # the kernel's working folder, inside its sandbox
 # The grader's variables a kernel may see (everything else, tokens and passwords included, stays out).
@@ -44,6 +48,11 @@ class SandboxUnavailable(RuntimeError):
     """Kernels cannot be sandboxed here, and unsandboxed grading was not asked for."""
 
 
+def stop_message(why) -> str:
+    return (f"Grading stopped: {why}.\nStudents' code must not run outside a sandbox. "
+            "To grade anyway, unsandboxed, pass --unsandboxed (the code then runs as you).")
+
+
 def problem() -> str | None:
     """Why kernels cannot be sandboxed here (with what to do), or None."""
     return bubblewrap.problem()
@@ -54,14 +63,19 @@ def available() -> bool:
 
 
 def require(unsandboxed=False) -> None:
-    """Stop unless kernels can be sandboxed; with `unsandboxed`, go on after a loud warning."""
+    """Before grading: exit with why and what to do unless kernels can be sandboxed here; with
+    `unsandboxed` (the instructor's explicit choice), go on after a loud warning."""
     why = problem()
-    if why is None:
-        return
-    if not unsandboxed:
-        raise SandboxUnavailable(f"Grading stopped: {why}.\nStudents' code must not run outside a sandbox. "
-                                 "To grade anyway, unsandboxed, pass --unsandboxed (the code then runs as you).")
-    print(UNSANDBOXED_WARNING + f"(why: {why})", file=sys.stderr)
+    if unsandboxed:
+        print(UNSANDBOXED_WARNING + (f"(and here no sandbox could start anyway: {why})" if why else ""),
+              file=sys.stderr)
+    elif why is not None:
+        raise SystemExit(stop_message(why))
+
+
+def secrets_of(root: pathlib.Path) -> list:
+    """The course's files a kernel must not see: hidden tests, solutions, gradebook, other work."""
+    return [root / name for name in SECRETS if (root / name).exists()]
 
 
 def fresh_uid() -> int:

@@ -191,7 +191,7 @@ def run_notebook(nb, limits=DEFAULT_LIMITS, trusted_names=None, hidden=(), answe
         raise ValueError("trusted grading never shows the answer key to the kernel")
     sandboxed = not limits.unsandboxed
     if sandboxed and isolation.problem():
-        raise isolation.SandboxUnavailable(isolation.problem())
+        raise isolation.SandboxUnavailable(isolation.stop_message(isolation.problem()))
 
     def new_sandbox():
         return isolation.Sandbox(limits, sandboxed=sandboxed, answer_key=answer_key, hidden=hidden)
