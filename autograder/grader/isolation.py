@@ -22,6 +22,7 @@ import tempfile
 import time
 
 import psutil
+import zmq
 from jupyter_client.manager import AsyncKernelManager
 
 from autograder.grader import bubblewrap
@@ -204,14 +205,21 @@ class Sandbox:
 
 
 class SandboxedKernelManager(AsyncKernelManager):
-    """A kernel manager whose kernel starts in `sandbox` and talks through Unix sockets there."""
+    """A kernel manager whose kernel starts in `sandbox` and talks through Unix sockets there.
+    Its clients drop (never read) a kernel message over `message_bytes`."""
 
-    def __init__(self, *args, sandbox, **kwargs):
+    def __init__(self, *args, sandbox, message_bytes=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.sandbox = sandbox
+        self.sandbox, self.message_bytes = sandbox, message_bytes
         self.transport = "ipc"
         self.connection_file = str(sandbox.exchange.folder / "kernel.json")
         self.ip = str(sandbox.exchange.sockets / "k")
+
+    def client(self, **kwargs):
+        kc = super().client(**kwargs)
+        if self.message_bytes:  # applies to the channels' sockets, all made after this
+            kc.context.setsockopt(zmq.MAXMSGSIZE, self.message_bytes)
+        return kc
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         uid = self.sandbox.uid

@@ -19,7 +19,6 @@ import time
 
 import nbformat
 import psutil
-import zmq
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader import utils
 
@@ -63,11 +62,14 @@ class SandboxClient(SteadyNotebookClient):
 
     output_chars = 100_000
     sandbox = None  # the isolation.Sandbox its kernel runs in
+    # A cell whose output stops arriving (a message over MESSAGE_BYTES is dropped) fails, never
+    # passes silently; the kernel is then replaced, with fresh connections.
+    raise_on_iopub_timeout = True
+    iopub_timeout = 10
 
     def create_kernel_manager(self):
         self.km = isolation.SandboxedKernelManager(kernel_name=self.kernel_name, config=self.config,
-                                                   sandbox=self.sandbox)
-        self.km.context.setsockopt(zmq.MAXMSGSIZE, MESSAGE_BYTES)
+                                                   sandbox=self.sandbox, message_bytes=MESSAGE_BYTES)
         return self.km
 
     def budget(self, seconds):
@@ -213,11 +215,15 @@ def _replay(client, nb, indices, deadline, limits) -> None:
         nb.cells[index] = original  # nbclient stores the copy it ran; keep what the student saw first
 
 
-def _timed_out(client, limits) -> str:
+def _timed_out(client, limits, err) -> tuple:
+    """The name and message of a cell that ran out of time, or whose output stopped arriving."""
+    if "IOPub" in str(err) or "IOPub" in str(err.__cause__):
+        return "OutputLimit", (f"the cell's output stopped arriving: a message over {MESSAGE_BYTES // 2**20} MB "
+                               "is dropped (print less)")
     if client.cell_seconds < limits.cell_seconds:
-        return (f"stopped after {client.cell_seconds:.3g} s: the submission used its whole "
-                f"{limits.submission_seconds:g} s")
-    return f"stopped after {limits.cell_seconds:g} s: does a loop never end?"
+        return "CellTimeLimit", (f"stopped after {client.cell_seconds:.3g} s: the submission used its whole "
+                                 f"{limits.submission_seconds:g} s")
+    return "CellTimeLimit", f"stopped after {limits.cell_seconds:g} s: does a loop never end?"
 
 
 def _run_cells(nb, limits, trusted_names, new_sandbox):
@@ -265,7 +271,7 @@ def _run_until_a_kernel_ends(client, nb, code, position, deadline, limits, trust
                 client.execute_cell(nb.cells[index], index)
         except (CellTimeoutError, trusted.KernelDied, DeadKernelError) as err:
             if isinstance(err, CellTimeoutError) or getattr(err, "timed_out", False):
-                problem, name = _timed_out(client, limits), "CellTimeLimit"
+                name, problem = _timed_out(client, limits, err)
             else:
                 problem, name = _death(watch, limits), "KernelDied"
             nb.cells[index].outputs.append(error_output(name, problem))
