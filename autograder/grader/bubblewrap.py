@@ -120,7 +120,8 @@ class Mounts:
         self.args += [option] if option in ("--tmpfs", "--proc", "--dev") else [option, source]
         self.args.append(destination)
         self.made.add(destination)
-        self.mounted.append(destination)
+        if option != "--tmpfs":  # folders can be made inside a tmpfs, not inside a bound folder
+            self.mounted.append(destination)
 
     def link(self, target, path):
         self.args += ["--symlink", target, path]
@@ -139,7 +140,8 @@ def _bind_python(mounts):
 
 
 def filesystem(plan: Plan, plain_keys=False) -> list:
-    """The mount options of a plan: everything the kernel can see."""
+    """The mount options of a plan: everything the kernel can see. The private tmpfs folders come
+    first, so that a bound path below /tmp (an answer key, the shared folder) stays visible."""
     mounts = Mounts()
     mounts.add("--ro-bind", "/usr")
     for name in TOP_LEVEL_LINKS:
@@ -153,6 +155,11 @@ def filesystem(plan: Plan, plain_keys=False) -> list:
             mounts.add("--ro-bind", f"/etc/{name}")
     mounts.add("--ro-bind", f"{plan.exchange}/passwd", "/etc/passwd")
     mounts.add("--ro-bind", f"{plan.exchange}/group", "/etc/group")
+    mounts.add("--proc", None, "/proc")
+    mounts.add("--dev", None, "/dev")
+    mounts.add("--tmpfs", None, "/dev/shm", perms="1777", size_mb=plan.scratch_mb)
+    mounts.add("--tmpfs", None, "/tmp", perms="1777", size_mb=plan.scratch_mb)
+    mounts.add("--tmpfs", None, plan.workdir, perms="0777", size_mb=plan.scratch_mb)
     if os.path.isdir("/sys/devices/system/cpu"):  # torch reads the CPU's topology here
         mounts.add("--ro-bind", "/sys/devices/system/cpu")
     _bind_python(mounts)
@@ -167,8 +174,6 @@ def filesystem(plan: Plan, plain_keys=False) -> list:
             mounts.add("--ro-bind", path)
     for path in plan.readable:
         mounts.add("--ro-bind", path)
-    mounts.add("--proc", None, "/proc")
-    mounts.add("--dev", None, "/dev")
     devices = nvidia_devices()
     for device in devices:
         mounts.add("--dev-bind", device)
@@ -176,9 +181,6 @@ def filesystem(plan: Plan, plain_keys=False) -> list:
         for sub in ("/sys/bus", "/sys/module", "/sys/devices"):
             if os.path.isdir(sub):
                 mounts.add("--ro-bind", sub)
-    mounts.add("--tmpfs", None, "/dev/shm", perms="1777", size_mb=plan.scratch_mb)
-    mounts.add("--tmpfs", None, "/tmp", perms="1777", size_mb=plan.scratch_mb)
-    mounts.add("--tmpfs", None, plan.workdir, perms="0777", size_mb=plan.scratch_mb)
     mounts.add("--bind", plan.exchange)
     return mounts.args
 

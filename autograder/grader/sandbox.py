@@ -129,7 +129,10 @@ class MemoryWatch:
     """Kill the kernel when its processes hold more than `limit_mb` of memory; remember why.
 
     The kernel is bubblewrap's child: every process of the sandbox descends from `pid`, double
-    forks and new sessions included (they are re-parented to the sandbox's own init)."""
+    forks and new sessions included (they are re-parented to the sandbox's own init). Resident
+    sizes are cheap to read but count memory that forked processes share once per process, so
+    where their sum is over the limit, the proportional sizes (shared pages split between their
+    sharers) decide; reading those is slow, so the watch then polls less often."""
 
     def __init__(self, pid, limit_mb, interval=0.1):
         self.pid, self.limit, self.interval = pid, limit_mb * 2**20, interval
@@ -137,12 +140,19 @@ class MemoryWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
-    def _rss(self, process):
+    @staticmethod
+    def _proportional(process) -> int:
+        try:
+            with open(f"/proc/{process.pid}/smaps_rollup") as f:
+                return next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
+        except (OSError, StopIteration, ValueError):
+            return process.memory_info().rss
+
+    def _used(self, processes, exact) -> int:
         total = 0
-        with contextlib.suppress(psutil.Error):
-            for p in [process, *process.children(recursive=True)]:
-                with contextlib.suppress(psutil.Error):
-                    total += p.memory_info().rss
+        for p in processes:
+            with contextlib.suppress(psutil.Error):
+                total += self._proportional(p) if exact else p.memory_info().rss
         return total
 
     def _watch(self):
@@ -150,14 +160,23 @@ class MemoryWatch:
             process = psutil.Process(self.pid)
         except psutil.Error:
             return
-        while not self._stop.wait(self.interval):
-            if self._rss(process) > self.limit:
-                self.exceeded = True
-                with contextlib.suppress(psutil.Error):
-                    for p in [*process.children(recursive=True), process]:
-                        with contextlib.suppress(psutil.Error):
-                            p.kill()
+        interval = self.interval
+        while not self._stop.wait(interval):
+            try:
+                processes = [process, *process.children(recursive=True)]
+            except psutil.Error:
                 return
+            interval = self.interval
+            if self._used(processes, exact=False) <= self.limit:
+                continue
+            began = time.monotonic()
+            if self._used(processes, exact=True) > self.limit:
+                self.exceeded = True
+                for p in [*processes[1:], process]:
+                    with contextlib.suppress(psutil.Error):
+                        p.kill()
+                return
+            interval = max(self.interval, 2 * (time.monotonic() - began))
 
     def __enter__(self):
         self._thread.start()
