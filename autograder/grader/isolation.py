@@ -164,20 +164,28 @@ class Sandbox:
         return bubblewrap.command(self.plan, kernel_cmd, plain_keys=bool(self.plan.readable))
 
     def note_namespace(self, pid) -> None:
-        """Remember the PID namespace of the sandbox started as process `pid` (bwrap's child is its init)."""
+        """Remember the PID namespace of the sandbox started as process `pid` (bwrap's child is its
+        init). Never the grader's own: `leftovers` would then take every process for the sandbox's."""
+        own = os.readlink("/proc/self/ns/pid")
         deadline = time.monotonic() + 5
         while self.sandboxed and self.namespace is None and time.monotonic() < deadline:
             with contextlib.suppress(psutil.Error, OSError):
                 children = psutil.Process(pid).children()
                 if children:
-                    self.namespace = os.readlink(f"/proc/{children[0].pid}/ns/pid")
+                    namespace = os.readlink(f"/proc/{children[0].pid}/ns/pid")
+                    if namespace == own:
+                        raise RuntimeError("the kernel's sandbox has no PID namespace of its own")
+                    self.namespace = namespace
                     return
             time.sleep(0.005)
 
     def leftovers(self) -> list:
-        """Processes of this sandbox still alive (its user's, or in its PID namespace)."""
-        found = []
+        """Processes of this sandbox still alive (its own user's, or in its own PID namespace);
+        never this process or its parents."""
+        found, spared = [], {os.getpid(), *(p.pid for p in psutil.Process().parents())}
         for process in psutil.process_iter(["uids", "status"]):
+            if process.pid in spared:
+                continue
             with contextlib.suppress(psutil.Error, OSError):
                 if process.info["status"] == psutil.STATUS_ZOMBIE:
                     continue
@@ -228,5 +236,9 @@ class SandboxedKernelManager(AsyncKernelManager):
         kw["env"] = {"PATH": "/usr/bin:/bin"} if self.sandbox.sandboxed else self.sandbox.env
         kw["cwd"] = str(self.sandbox.exchange.folder) if self.sandbox.sandboxed else self.sandbox.workdir
         launched = await super()._async_launch_kernel(self.sandbox.command(kernel_cmd), **kw)
-        self.sandbox.note_namespace(self.provisioner.process.pid)
+        try:
+            self.sandbox.note_namespace(self.provisioner.process.pid)
+        except BaseException:
+            self.provisioner.process.kill()
+            raise
         return launched
