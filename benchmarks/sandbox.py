@@ -6,7 +6,9 @@ middle half of the runs (interleaved rounds, `autograder.learner.timing`):
 - the time from starting a kernel to its first answer (kernel_info), in a bubblewrap sandbox
   and plainly (jupyter_client, the same environment);
 - one solution notebook (default 01_chain_rule) executed as grading does (trusted mode), in the
-  sandbox and unsandboxed (`Limits(unsandboxed=True)`), and by bare nbclient in plain mode.
+  sandbox, in the sandbox with a kernel pool (the kernel for the next run starts, and imports
+  torch, while the others run: a worker grading back to back), unsandboxed
+  (`Limits(unsandboxed=True)`), and by bare nbclient in plain mode.
 """
 import argparse
 import asyncio
@@ -21,7 +23,7 @@ from jupyter_client.manager import AsyncKernelManager
 
 from autograder.grader import isolation, trusted
 from autograder.grader.execution import SteadyNotebookClient
-from autograder.grader.sandbox import Limits, run_notebook
+from autograder.grader.sandbox import KernelPool, Limits, run_notebook
 from autograder.learner import timing
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -46,8 +48,8 @@ def kernel_start(sandboxed):
     asyncio.run(start())
 
 
-def grade(nb, names, limits):
-    run_notebook(nbformat.from_dict(nb), limits, trusted_names=names)
+def grade(nb, names, limits, pool=None):
+    run_notebook(nbformat.from_dict(nb), limits, trusted_names=names, pool=pool)
 
 
 def bare(nb):
@@ -75,17 +77,21 @@ def main():
     names = trusted.student_names(c.source for c in nb.cells if c.cell_type == "code"
                                   and c.get("metadata", {}).get("nbgrader", {}).get("solution"))
     threads = os.cpu_count() or 1
+    pool = KernelPool(preload=("torch",))
     runs = timing.wall_times({
         "sandboxed": lambda: grade(nb, names, Limits(cell_seconds=120, threads=threads)),
+        "sandboxed, pool": lambda: grade(nb, names, Limits(cell_seconds=120, threads=threads), pool),
         "unsandboxed": lambda: grade(nb, names, Limits(cell_seconds=120, threads=threads, unsandboxed=True)),
         "bare nbclient": lambda: bare(nb),
     }, repeats=args.repeats, device="cpu")
     print(f"{args.notebook}, graded in trusted mode (bare nbclient: plain mode, no limits):")
     for name, spread in runs.items():
-        print(f"  {name:<14} {spread.describe()}")
+        print(f"  {name:<16} {spread.describe()}")
     print("  " + timing.verdict("sandboxed", runs["sandboxed"], "unsandboxed", runs["unsandboxed"]))
     ratio = runs["sandboxed"].median / runs["bare nbclient"].median
-    print(f"  sandboxed / bare nbclient, medians: {ratio:.2f}x")
+    print(f"  sandboxed / bare nbclient, medians: {ratio:.2f}x; with a pool: "
+          f"{runs['sandboxed, pool'].median / runs['bare nbclient'].median:.2f}x")
+    pool.close()
     return 0
 
 

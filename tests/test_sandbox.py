@@ -229,8 +229,9 @@ def test_memory_held_by_a_double_forked_daemon_counts_and_ends_with_the_kernel()
         f"if os.fork() == 0:\n"
         f"    os.setsid()\n"
         f"    if os.fork() == 0:\n"
-        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time\\ntime.sleep(3)\\nhoard = []\\nfor _ in range(40):\\n"
-        f"    hoard.append(bytearray(25 * 2**20))\\n    time.sleep(0.05)\\ntime.sleep(3600)', '{token}'])\n"
+        f"        hoard = 'import time\\ntime.sleep(3)\\nhoard = []\\nfor _ in range(40):\\n'\n"
+        f"        hoard += '    hoard.append(bytearray(25 * 2**20))\\n    time.sleep(0.05)\\ntime.sleep(3600)'\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', hoard, '{token}'])\n"
         f"    os._exit(0)\n"
         f"os.wait()",
         "import time\ntime.sleep(60)",
@@ -370,3 +371,27 @@ def test_the_environment_is_an_allow_list(monkeypatch):
     assert "AWS_SECRET_ACCESS_KEY" not in env and env["COURSE_DEVICE"] == "cpu"
     assert env["OMP_NUM_THREADS"] == "3" and env["HOME"] == isolation.HOME
     assert env["COURSE_PROGRESS"].startswith(isolation.HOME) and "COURSE_ROOT" not in env
+
+
+def test_a_kernel_started_ahead_is_a_fresh_sandbox_and_none_outlives_the_pool():
+    from autograder.grader.sandbox import KernelPool
+    pool = KernelPool(preload=("torch",))
+    try:
+        first = notebook("import os\nsecret = 42\nopen('/tmp/left-behind', 'w').write('x')\nprint(os.getpid())")
+        run_notebook(first, Limits(cell_seconds=60), pool=pool)
+        assert len(pool._spares) == 1  # the next kernel was started while this one ran
+        [spare] = pool._spares.values()
+        second = notebook("import os, sys\nprint(os.path.exists('/tmp/left-behind'), 'secret' in globals(), "
+                          "'torch' in sys.modules, sorted(k for k in globals() if not k.startswith('_')))")
+        run_notebook(second, Limits(cell_seconds=60), pool=pool)
+        names = "['In', 'Out', 'exit', 'get_ipython', 'open', 'os', 'quit', 'sys']"  # no name of the preload
+        assert text(second.cells[0]) == f"False False True {names}\n"
+        assert spare.sandbox.exchange.folder.exists() is False  # the spare ran that notebook, and was ended
+        other = notebook("print('other limits')")
+        run_notebook(other, Limits(cell_seconds=30), pool=pool)  # another configuration: a spare of its own
+        assert len(pool._spares) == 2
+        kernels = [km.provisioner.process.pid for km in pool._spares.values()]
+    finally:
+        pool.close()
+    assert pool._spares == {} and not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
+                                          for pid in kernels)

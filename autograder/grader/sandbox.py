@@ -9,6 +9,7 @@ an error output that says why (nbgrader scores it 0), the kernel is replaced, th
 before it are replayed to rebuild the student's definitions (within the submission's own time
 limit), and execution goes on with the next cell. Everything stored in the notebook is capped.
 """
+import atexit
 import contextlib
 import dataclasses
 import io
@@ -20,6 +21,7 @@ import time
 import nbformat
 import psutil
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import run_sync
 from nbgrader import utils
 
 from autograder.grader import isolation, trusted
@@ -28,6 +30,7 @@ from autograder.grader.execution import SteadyNotebookClient
 MESSAGE_CHARS = 10_000  # an error message stored in a notebook (and so in scores.csv) is cut here
 NAME_CHARS = 200  # an error's name
 MESSAGE_BYTES = 32 * 2**20  # a kernel message larger than this is dropped before the grader reads it
+HISTORY = ("--HistoryManager.hist_file=:memory:",)  # as nbclient starts kernels: no history file
 
 
 @dataclasses.dataclass
@@ -62,14 +65,19 @@ class SandboxClient(SteadyNotebookClient):
 
     output_chars = 100_000
     sandbox = None  # the isolation.Sandbox its kernel runs in
+    new_sandbox = None  # makes a sandbox for a kernel of its own
+    pool, pool_key = None, None  # where a kernel started ahead may wait (KernelPool)
     # A cell whose output stops arriving (a message over MESSAGE_BYTES is dropped) fails, never
     # passes silently; the kernel is then replaced, with fresh connections.
     raise_on_iopub_timeout = True
     iopub_timeout = 10
 
     def create_kernel_manager(self):
-        self.km = isolation.SandboxedKernelManager(kernel_name=self.kernel_name, config=self.config,
-                                                   sandbox=self.sandbox, message_bytes=MESSAGE_BYTES)
+        """A kernel started ahead in the pool if there is one (nbclient then only connects), else a new one."""
+        self.km = self.pool.take(self.pool_key) if self.pool is not None else None
+        if self.km is None:
+            self.km = _new_manager(self.new_sandbox())
+        self.sandbox = self.km.sandbox
         return self.km
 
     def budget(self, seconds):
@@ -187,6 +195,72 @@ class MemoryWatch:
         self._thread.join()
 
 
+def _new_manager(sandbox):
+    return isolation.SandboxedKernelManager(kernel_name="python3", sandbox=sandbox, message_bytes=MESSAGE_BYTES)
+
+
+class KernelPool:
+    """Sandboxed kernels started ahead of need: while one notebook runs, the kernel for the next
+    one (or for a replacement after a crash) starts, so kernel start-up is off the critical path.
+
+    One spare per configuration (limits, answer key, hidden paths): a spare is a fresh sandbox
+    that no submission has touched. `preload`: modules a spare imports while it waits (e.g.
+    torch, the slowest import of every notebook), without binding any name the notebook sees.
+    Use a pool from one thread: bubblewrap ends a sandbox when the thread that started it ends
+    (`--die-with-parent`); `thread_pool()` gives each thread its own. Spares left at exit are
+    shut down.
+    """
+
+    def __init__(self, preload=()):
+        self._spares = {}
+        self.arguments = list(HISTORY)
+        if preload:
+            lines = [f"__import__('importlib').import_module({name!r}) and None" for name in preload]  # no `_`
+            self.arguments.append(f"--IPKernelApp.exec_lines={lines!r}")
+        atexit.register(self.close)
+
+    def take(self, key):
+        """A started kernel's manager for `key`, or None."""
+        km = self._spares.pop(key, None)
+        if km is not None and not run_sync(km.is_alive)():
+            self._discard(km)
+            return None
+        return km
+
+    def refill(self, key, new_sandbox):
+        """Start a kernel for `key` now (it boots while the caller goes on), unless one waits already."""
+        if key in self._spares:
+            return
+        km = _new_manager(new_sandbox())
+        try:
+            run_sync(km.start_kernel)(extra_arguments=self.arguments, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
+        except BaseException:
+            km.sandbox.end()
+            raise
+        self._spares[key] = km
+
+    @staticmethod
+    def _discard(km):
+        with contextlib.suppress(Exception):
+            run_sync(km.shutdown_kernel)(now=True)
+        km.sandbox.end()
+
+    def close(self):
+        while self._spares:
+            self._discard(self._spares.popitem()[1])
+
+
+_thread_pools = threading.local()
+
+
+def thread_pool() -> KernelPool:
+    """This thread's kernel pool (e.g. a Dask worker's): pass it to `run_notebook` as `pool`."""
+    if not hasattr(_thread_pools, "pool"):
+        _thread_pools.pool = KernelPool()
+    return _thread_pools.pool
+
+
 def _kernel_pid(client):
     provisioner = getattr(client.km, "provisioner", None)
     return getattr(getattr(provisioner, "process", None), "pid", None)
@@ -195,7 +269,7 @@ def _kernel_pid(client):
 DEFAULT_LIMITS = Limits()
 
 
-def run_notebook(nb, limits=DEFAULT_LIMITS, trusted_names=None, hidden=(), answer_key=None):
+def run_notebook(nb, limits=DEFAULT_LIMITS, trusted_names=None, hidden=(), answer_key=None, pool=None):
     """Execute `nb` in place within `limits`, each kernel in a sandbox; return a list of
     (cell index, problem) it met.
 
@@ -205,8 +279,9 @@ def run_notebook(nb, limits=DEFAULT_LIMITS, trusted_names=None, hidden=(), answe
     in the kernel; `answer_key` is then the one file of the course (solutions/<nb>/answer_key.py)
     that the kernel may read, as the hidden tests need it: plain mode trusts the kernel with the
     hidden tests and that key. `hidden`: paths a kernel must never reach (the sandbox refuses to
-    start if its allow-list would expose one). Raises `isolation.SandboxUnavailable` where no
-    sandbox can start, unless `limits.unsandboxed`.
+    start if its allow-list would expose one). With a `pool` (`KernelPool`), kernels are taken from
+    it where one was started ahead, and the next one is started as soon as a kernel is up.
+    Raises `isolation.SandboxUnavailable` where no sandbox can start, unless `limits.unsandboxed`.
     """
     if trusted_names is not None and answer_key is not None:
         raise ValueError("trusted grading never shows the answer key to the kernel")
@@ -217,7 +292,8 @@ def run_notebook(nb, limits=DEFAULT_LIMITS, trusted_names=None, hidden=(), answe
     def new_sandbox():
         return isolation.Sandbox(limits, sandboxed=sandboxed, answer_key=answer_key, hidden=hidden)
 
-    return _run_cells(nb, limits, trusted_names, new_sandbox)
+    key = (dataclasses.astuple(limits), str(answer_key), tuple(map(str, hidden)))
+    return _run_cells(nb, limits, trusted_names, new_sandbox, pool, key)
 
 
 def _replay(client, nb, indices, deadline, limits) -> None:
@@ -245,23 +321,25 @@ def _timed_out(client, limits, err) -> tuple:
     return "CellTimeLimit", f"stopped after {limits.cell_seconds:g} s: does a loop never end?"
 
 
-def _run_cells(nb, limits, trusted_names, new_sandbox):
+def _run_cells(nb, limits, trusted_names, new_sandbox, pool, key):
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     deadline = time.monotonic() + limits.submission_seconds
     replayable, problems, position = [], [], 0
     while position < len(code):
-        sandbox = new_sandbox()
         client = SandboxClient(nb, allow_errors=True, interrupt_on_timeout=False, kernel_name="python3",
-                               shutdown_kernel="immediate", resources={"metadata": {"path": sandbox.workdir}})
-        client.output_chars, client.sandbox = limits.output_chars, sandbox
+                               shutdown_kernel="immediate", extra_arguments=list(HISTORY))
+        client.output_chars, client.new_sandbox, client.pool, client.pool_key = (limits.output_chars, new_sandbox,
+                                                                                 pool, key)
         try:
             with client.setup_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+                if pool is not None:
+                    pool.refill(key, new_sandbox)  # the next kernel boots while this one works
                 with MemoryWatch(_kernel_pid(client), limits.memory_mb) as watch:
                     _replay(client, nb, replayable, deadline, limits)
                     position = _run_until_a_kernel_ends(client, nb, code, position, deadline, limits, trusted_names,
                                                         watch, replayable, problems)
         finally:
-            left = sandbox.end()
+            left = client.sandbox.end() if client.sandbox is not None else 0
         if left:
             problem = f"{left} process(es) of the submission outlived its kernel and were killed"
             print(f"warning: {problem}", file=sys.stderr)
