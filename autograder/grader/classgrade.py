@@ -36,7 +36,7 @@ from nbgrader.preprocessors import (
 )
 
 from autograder.grader import isolation, trusted
-from autograder.grader.sandbox import Limits, error_output, run_notebook
+from autograder.grader.sandbox import Limits, error_output, run_notebook, thread_pool
 
 EXECUTED_ENV = "COURSE_EXECUTED_DIR"
 
@@ -138,7 +138,8 @@ def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=()
     """
     nb = nbformat.reads(nb_json, as_version=4)
     began = time.monotonic()
-    problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden, answer_key=answer_key)
+    problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden, answer_key=answer_key,
+                            pool=thread_pool())  # the worker's next kernel starts while this one runs
     return {"notebook": nbformat.writes(nb), "problems": problems, "seconds": time.monotonic() - began}
 
 

@@ -255,9 +255,10 @@ _thread_pools = threading.local()
 
 
 def thread_pool() -> KernelPool:
-    """This thread's kernel pool (e.g. a Dask worker's): pass it to `run_notebook` as `pool`."""
+    """This thread's kernel pool (e.g. a Dask worker's): pass it to `run_notebook` as `pool`. Its
+    spares import torch while they wait (every notebook of the course imports it first)."""
     if not hasattr(_thread_pools, "pool"):
-        _thread_pools.pool = KernelPool()
+        _thread_pools.pool = KernelPool(preload=("torch",))
     return _thread_pools.pool
 
 
