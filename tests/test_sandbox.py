@@ -360,8 +360,10 @@ def test_gpu_device_nodes_are_bound_where_there_are_some(tmp_path, monkeypatch):
     args = " ".join(bubblewrap.filesystem(plan(tmp_path)))
     for device in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"):
         assert f"--dev-bind {device} {device}" in args
+    assert not any(a.startswith("--data") for a in bubblewrap.limits(plan(tmp_path)))
     monkeypatch.setattr(bubblewrap, "nvidia_devices", lambda: [])
     assert "nvidia" not in " ".join(bubblewrap.filesystem(plan(tmp_path)))
+    assert any(a.startswith("--data") for a in bubblewrap.limits(plan(tmp_path)))
 
 
 def test_the_environment_is_an_allow_list(monkeypatch):

@@ -13,7 +13,8 @@ and mounts, and we drive it with its documented options only. What the kernel ge
   programs need to start; private, size-capped tmpfs for `/tmp`, `/dev/shm` and the working
   folder (gone when the kernel ends); the grader part of the package, `solutions/`, answer keys,
   other submissions and the grader's home are simply not there;
-- **limits** (`prlimit`): processes, file size, data memory, no core files;
+- **limits** (`prlimit`): processes, file size, data memory (not on GPU machines, where CUDA's own
+  mappings might exceed it: unverified), no core files; the grader watches the sandbox's memory;
 - **a user that is not the grader**: where the grader is root, a fresh uid with no groups and no
   capabilities (`setpriv`, after bubblewrap has built the mounts); otherwise a user namespace
   (`--unshare-user`), where the kernel runs as the grader's own user but sees only the above;
@@ -204,8 +205,8 @@ def limits(plan: Plan) -> list:
     processes = plan.processes
     if plan.uid is None:  # the limit counts all of this user's processes: allow for those running now
         processes += _processes_of(os.getuid())
-    return ["prlimit", f"--nproc={processes}", f"--fsize={plan.file_mb * 2**20}",
-            f"--data={plan.data_mb * 2**20}", "--core=0", "--"]
+    data = [] if nvidia_devices() else [f"--data={plan.data_mb * 2**20}"]  # CUDA's mappings: unverified, left out
+    return ["prlimit", f"--nproc={processes}", f"--fsize={plan.file_mb * 2**20}", *data, "--core=0", "--"]
 
 
 def _processes_of(uid) -> int:
