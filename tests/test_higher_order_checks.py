@@ -393,7 +393,7 @@ def test_tbptt_peaks_are_exactly_equal_for_the_key():
     for steps in (6, 13):
         cell = ho.rnn_cell("rnn", seed=2, hidden=8, dtype=torch.float32, device="cpu")
         xs, targets, h0 = ho.sequence("mse", steps, seed=3, hidden=8, dtype=torch.float32, device="cpu", as_list=True)
-        peaks.append(ho._tbptt_saved(KEY.tbptt_backward, cell, xs, targets, h0, 3, F.mse_loss).peak_bytes)
+        peaks.append(ho.saved_counts_of_tbptt(KEY.tbptt_backward, cell, xs, targets, h0, 3, F.mse_loss).peak_bytes)
     assert peaks[0] == peaks[1] > 0
 
 
@@ -457,3 +457,22 @@ def test_trusted_checks_reject_with_the_same_messages():
     assert isinstance(err, GradingError) and "save only inputs and outputs" in str(err), err
     err, _ = run_trusted(PREAMBLE + CELLS["hvp"][1], hvp_row_by_row)
     assert isinstance(err, GradingError) and "row by row" in str(err), err
+
+
+# --- what the quiz's explanations claim ------------------------------------------------------------------------
+def test_the_quiz_claims_about_hooks_hold():
+    """08's quiz: a module's full backward hook fires once per call (twice for a module used twice); a
+    tensor hook on a leaf runs before .grad is written; a post-accumulate hook runs once, after."""
+    layer = torch.nn.Linear(3, 3)
+    module_calls, seen_in_tensor_hook, post = [], [], []
+    layer.register_full_backward_hook(lambda m, gin, gout: module_calls.append(1))
+    layer.weight.register_hook(lambda g: seen_in_tensor_hook.append(layer.weight.grad))
+    layer.weight.register_post_accumulate_grad_hook(lambda p: post.append(p.grad is not None))
+    layer(layer(torch.randn(2, 3, requires_grad=True))).sum().backward()
+    assert len(module_calls) == 2 and seen_in_tensor_hook == [None] and post == [True]
+
+
+def test_create_graph_is_the_flag_that_records_the_backward_pass():
+    x = torch.tensor(2.0, requires_grad=True)
+    assert not torch.autograd.grad(x ** 3, x)[0].requires_grad
+    assert torch.autograd.grad(x ** 3, x, create_graph=True)[0].requires_grad
