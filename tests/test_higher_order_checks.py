@@ -476,3 +476,20 @@ def test_create_graph_is_the_flag_that_records_the_backward_pass():
     x = torch.tensor(2.0, requires_grad=True)
     assert not torch.autograd.grad(x ** 3, x)[0].requires_grad
     assert torch.autograd.grad(x ** 3, x, create_graph=True)[0].requires_grad
+
+
+def test_an_in_place_step_in_a_hook_needs_no_grad_only_under_create_graph():
+    """08's exercise text: hooks of a plain backward run with grad mode off, those of a backward with
+    create_graph=True do not, and an in-place step on the leaf is then refused."""
+    p = torch.nn.Parameter(torch.ones(3))
+
+    def step(q):
+        q.sub_(0.1 * q.grad)
+        q.grad = None
+
+    p.register_post_accumulate_grad_hook(step)
+    (p * p).sum().backward()
+    assert torch.allclose(p.detach(), torch.full((3,), 0.8))
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad is being used in an in-place"), \
+            pytest.warns(UserWarning, match="create_graph=True"):
+        (p * p).sum().backward(create_graph=True)
