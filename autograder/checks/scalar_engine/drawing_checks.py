@@ -199,6 +199,6 @@ def check_drawing(exercise, draw_dot, root, *, what):
             a, b = drawn[id(child)], drawn[id(n)]
             near = linked.get(a, set())
             if b not in near and not any(b in linked.get(m, set()) for m in near if m not in value_names):
-                raise GradingError(f"{exercise}: in the drawing of {what}, the node with data {child.data} feeds the one "
-                                   f"with data {n.data} (through {n._op!r}), but no edge (or edge through an op node) "
-                                   "connects them")
+                raise GradingError(f"{exercise}: in the drawing of {what}, the node with data {child.data} feeds "
+                                   f"the one with data {n.data} (through {n._op!r}), but no edge (or edge through an "
+                                   "op node) connects them")
