@@ -72,20 +72,8 @@ class FunctionRun:
 def _run_function(exercise, cls, x, extra, g, shown, forbidden_ops):
     """apply() on a leaf copy of x, then the node's backward called directly, both without autograd,
     in a driver. Returns (output, gradient from the direct call), checked here."""
-    def forward_and_backward(*_clones):
-        leaf = private_copy(x).requires_grad_(True)
-        with torch.enable_grad(), watched(exercise, shown, forbidden_ops=forbidden_ops):
-            out = cls.apply(leaf, *extra)
-        if not isinstance(out, torch.Tensor):
-            return FunctionRun(out)
-        node = out.grad_fn
-        if node is None or not issubclass(getattr(node, "_forward_cls", type(None)), cls):
-            return FunctionRun(out, type(node).__name__ if node else None)
-        with torch.no_grad(), watched(exercise, shown):
-            grads = node.apply(private_copy(g))
-        return FunctionRun(out, type(node).__name__, True, grads)
-
-    run = checks.call_student(exercise, forward_and_backward, x, *extra,
+    driver = functools.partial(run_forward_and_backward, exercise, cls, x, extra, g, shown, forbidden_ops)
+    run = checks.call_student(exercise, driver, x, *extra,
                               names=["x", *[f"arg{i}" for i in range(1, 1 + len(extra))]], no_autograd=True)
     if not isinstance(run, FunctionRun):
         checks.fail(exercise, f"no readable answer came back from your Function (got {checks.describe(run)})", shown)
@@ -98,16 +86,34 @@ def _run_function(exercise, cls, x, extra, g, shown, forbidden_ops):
     return run.out, _unpack_backward(exercise, run.grads, 1 + len(extra), shown)
 
 
-def _through_engine(exercise, cls, x, extra, g, shown):
-    """The gradient of x through the autograd engine: apply() on a fresh leaf copy of x, then
-    torch.autograd.grad with upstream g, both in a driver (the graph cannot leave it)."""
-    def engine(*_shown):
-        leaf = private_copy(x).requires_grad_(True)
-        with torch.enable_grad():
-            out = cls.apply(leaf, *extra)
-            return torch.autograd.grad(out, leaf, private_copy(g))[0]
+def run_forward_and_backward(exercise, cls, x, extra, g, shown, forbidden_ops, *_clones):
+    """Driver: cls.apply on a leaf copy of x, then the output's node's backward called directly with
+    g, both watched and without autograd; a FunctionRun."""
+    leaf = private_copy(x).requires_grad_(True)
+    with torch.enable_grad(), watched(exercise, shown, forbidden_ops=forbidden_ops):
+        out = cls.apply(leaf, *extra)
+    if not isinstance(out, torch.Tensor):
+        return FunctionRun(out)
+    node = out.grad_fn
+    if node is None or not issubclass(getattr(node, "_forward_cls", type(None)), cls):
+        return FunctionRun(out, type(node).__name__ if node else None)
+    with torch.no_grad(), watched(exercise, shown):
+        grads = node.apply(private_copy(g))
+    return FunctionRun(out, type(node).__name__, True, grads)
 
-    return checks.call_student(exercise, engine, *shown.values(), names=list(shown))
+
+def _through_engine(exercise, cls, x, extra, g, shown):
+    """The gradient of x through the autograd engine, computed in a driver (the graph cannot leave it)."""
+    return checks.call_student(exercise, functools.partial(run_through_engine, cls, x, extra, g), *shown.values(),
+                               names=list(shown))
+
+
+def run_through_engine(cls, x, extra, g, *_shown):
+    """Driver: cls.apply on a fresh leaf copy of x, then torch.autograd.grad with upstream g."""
+    leaf = private_copy(x).requires_grad_(True)
+    with torch.enable_grad():
+        out = cls.apply(leaf, *extra)
+        return torch.autograd.grad(out, leaf, private_copy(g))[0]
 
 
 @dataclasses.dataclass
@@ -188,7 +194,7 @@ def saved_for_backward(fn, x):
             "once_differentiable": backward is not None and hasattr(backward, "__wrapped__")}
 
 
-def run_gradchecks(fn, x):
+def run_gradchecks(fn, x, *_clones):
     """Driver: torch.autograd.gradcheck, then gradgradcheck, of fn at a private copy of x (float64).
     None when both pass, else (the check's name, the error's type name, its message's first line,
     what the Function keeps for backward: `saved_for_backward`)."""
@@ -234,10 +240,7 @@ def check_gradchecks(exercise, make_fn, x, *, what):
     shown = {"x": x, "function": what}
     fn = make_fn()  # a test-cell lambda that uses the learner's class: built here, called in the driver
 
-    def run(*_clones):
-        return run_gradchecks(fn, x)
-
-    verdict = checks.call_student(exercise, run, x, names=["x"])
+    verdict = checks.call_student(exercise, functools.partial(run_gradchecks, fn, x), x, names=["x"])
     if verdict is None:
         return
     if not (isinstance(verdict, tuple) and len(verdict) == 4 and verdict[0] in GRADCHECK_EXPLANATIONS):

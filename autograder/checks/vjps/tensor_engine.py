@@ -2,6 +2,7 @@
 evaluated twice, on the learner's `Tensor`s (in a driver, without autograd) and on PyTorch tensors
 that require grad; a 2-layer MLP, a training run against autograd's, and a deep chain."""
 import dataclasses
+import functools
 import math
 
 import torch
@@ -59,18 +60,21 @@ def _engine_grad(exercise, node, what, shown):
 
 
 def _call_engine(exercise, step, shown, *, time_limit=20.0):
-    """checks.call_student for a step of the learner's engine, without autograd, with a recursion
-    limit that is the same everywhere; `shown` labels every failure (the expression, the model)."""
-    def guarded(*_shown):
-        try:
-            with checks.recursion_headroom():
-                return step()
-        except RecursionError as err:
-            checks.fail(exercise, f"backward() raised RecursionError ({err}): walk the graph with a loop and "
-                  "an explicit stack, not with a function that calls itself", shown)
+    """checks.call_student for `step` (a driver, with its arguments bound by functools.partial),
+    without autograd, with a recursion limit that is the same everywhere; `shown` labels every
+    failure (the expression, the model)."""
+    return checks.call_student(exercise, functools.partial(run_engine_step, exercise, step, shown), *shown.values(),
+                               names=list(shown), no_autograd=True, time_limit=time_limit)
 
-    return checks.call_student(exercise, guarded, *shown.values(), names=list(shown), no_autograd=True,
-                               time_limit=time_limit)
+
+def run_engine_step(exercise, step, shown, *_shown):
+    """Driver: step() with the recursion limit capped the same way everywhere; a RecursionError explained."""
+    try:
+        with checks.recursion_headroom():
+            return step()
+    except RecursionError as err:
+        checks.fail(exercise, f"backward() raised RecursionError ({err}): walk the graph with a loop and "
+                    "an explicit stack, not with a function that calls itself", shown)
 
 
 def evaluate_on_engine(exercise, Tensor, expression, leaves, constants=None, *, shown=None, time_limit=20.0):
@@ -78,18 +82,21 @@ def evaluate_on_engine(exercise, Tensor, expression, leaves, constants=None, *, 
     tensor; `constants` stay plain torch tensors), call backward() on the result, without autograd,
     all in a driver. Returns (EngineNode of the root, {name: EngineNode of that leaf})."""
     shown = shown or {"expression": expression}
+    step = functools.partial(run_expression, exercise, Tensor, expression, leaves, constants or {}, shown)
+    return _call_engine(exercise, step, shown, time_limit=time_limit)
 
-    def run():
-        mine = {name: Tensor(private_copy(value)) for name, value in leaves.items()}
-        root = eval(expression, {"__builtins__": {}}, {**(constants or {}), **mine})  # noqa: S307 (grader's own text)
-        backward = getattr(root, "backward", None)
-        if backward is None:
-            checks.fail(exercise, f"the expression gave {checks.describe(root)}, not one of your Tensors", shown)
-        with watched(exercise, shown):
-            backward()
-        return engine_node(root), {name: engine_node(node) for name, node in mine.items()}
 
-    return _call_engine(exercise, run, shown, time_limit=time_limit)
+def run_expression(exercise, Tensor, expression, leaves, constants, shown):
+    """Driver: `expression` evaluated on the learner's Tensors made from `leaves` (and the plain
+    `constants`), then backward() on its result, watched; EngineNodes of the root and the leaves."""
+    mine = {name: Tensor(private_copy(value)) for name, value in leaves.items()}
+    root = eval(expression, {"__builtins__": {}}, {**constants, **mine})  # noqa: S307 (grader's own text)
+    backward = getattr(root, "backward", None)
+    if backward is None:
+        checks.fail(exercise, f"the expression gave {checks.describe(root)}, not one of your Tensors", shown)
+    with watched(exercise, shown):
+        backward()
+    return engine_node(root), {name: engine_node(node) for name, node in mine.items()}
 
 
 def check_engine_expression(exercise, Tensor, expression, shapes, seed, dtype=torch.float64, constants=()):
@@ -137,20 +144,24 @@ def check_engine_mlp(exercise, Tensor, n_in, hidden, n_out, batch, seed, dtype=t
              "loss": "r = relu(x @ W1 + b1) @ W2 + b2 + y * -1.0;  loss = (r * r).mean()",
              **{name: v for name, v in {"x": x, **params}.items()}}
 
-    def run():
-        mine = {name: Tensor(private_copy(v)) for name, v in {"x": x, **params}.items()}
-        loss = _mlp_loss(mine["x"], y, mine)
-        with watched(exercise, shown):
-            loss.backward()
-        return engine_node(loss), {name: engine_node(node) for name, node in mine.items()}
-
-    loss, mine = _engine_nodes(_call_engine(exercise, run, shown))
+    step = functools.partial(run_mlp_loss, exercise, Tensor, {"x": x, **params}, y, shown)
+    loss, mine = _engine_nodes(_call_engine(exercise, step, shown))
     rtol, atol = tolerances(dtype)
     checks.expect_close(exercise, _engine_value(exercise, loss, "the loss", shown), ref_loss.detach(), inputs=shown,
                         names=["the loss"], rtol=rtol, atol=atol)
     for name, expected in ref_grads.items():
         checks.expect_close(exercise, _engine_grad(exercise, mine.get(name), name, shown), expected, inputs=shown,
                             names=[f"{name}.grad"], rtol=rtol, atol=atol)
+
+
+def run_mlp_loss(exercise, Tensor, leaves, y, shown):
+    """Driver: the MLP's loss on the learner's Tensors made from `leaves` (x, W1, b1, W2, b2), then
+    loss.backward(), watched; EngineNodes of the loss and the leaves."""
+    mine = {name: Tensor(private_copy(v)) for name, v in leaves.items()}
+    loss = _mlp_loss(mine["x"], y, mine)
+    with watched(exercise, shown):
+        loss.backward()
+    return engine_node(loss), {name: engine_node(node) for name, node in mine.items()}
 
 
 def toy_regression(n_points=64, seed=0, dtype=torch.float64):
@@ -196,7 +207,7 @@ def check_engine_training(exercise, Tensor, hidden=16, steps=150, lr=0.1, seed=0
     reference, _ = autograd_training(x, y, params, steps, lr)
     shown = {"task": f"MLP 1 -> {hidden} (relu) -> 1 on y = sin(x) + noise, 64 points, {steps} steps of "
                      f"gradient descent with lr = {lr:g}, float64"}
-    mine, _ = _call_engine(exercise, lambda: run_engine_training(Tensor, x, y, params, steps, lr), shown,
+    mine, _ = _call_engine(exercise, functools.partial(run_engine_training, Tensor, x, y, params, steps, lr), shown,
                            time_limit=30.0)
     rtol, atol = tolerances(torch.float64)
     every = max(1, steps // 6)
@@ -219,16 +230,18 @@ def check_engine_deep(exercise, Tensor, steps=3000, ladder=False, dtype=torch.fl
     step = "t = t * 0.5 + t * 0.4999" if ladder else "t = t * 0.999 + 0.001"
     shown = {"graph": f"{step}, {steps} times, then .sum()"}
 
-    def run():
-        first = Tensor(private_copy(start))
-        t = first
-        for _ in range(steps):
-            t = t * 0.5 + t * 0.4999 if ladder else t * 0.999 + 0.001
-        root = t.sum()
-        root.backward()
-        return engine_node(first)
-
-    first = _call_engine(exercise, run, shown)
+    first = _call_engine(exercise, functools.partial(run_deep_chain, Tensor, start, steps, ladder), shown)
     expected = torch.full_like(start, (0.9999 if ladder else 0.999) ** steps)
     checks.expect_close(exercise, _engine_grad(exercise, first, "t_0", shown), expected, inputs=shown,
                         names=["t_0.grad"], rtol=1e-9, atol=tolerances(dtype)[1])
+
+
+def run_deep_chain(Tensor, start, steps, ladder):
+    """Driver: the learner's chain of `steps` steps from a Tensor of `start` (see check_engine_deep),
+    .sum() and backward(); the EngineNode of the first Tensor."""
+    first = Tensor(private_copy(start))
+    t = first
+    for _ in range(steps):
+        t = t * 0.5 + t * 0.4999 if ladder else t * 0.999 + 0.001
+    t.sum().backward()
+    return engine_node(first)

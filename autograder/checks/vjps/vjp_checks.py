@@ -1,5 +1,7 @@
 """The checks of the closed-form VJP exercises: the learner's function on private copies of a case's
 inputs (same strides), under the guards of `watch`, compared with autograd's result by dtype."""
+import functools
+
 import torch
 
 from autograder import checks
@@ -19,15 +21,18 @@ def call_vjp(exercise, fn, case, *, forbidden_calls=(), forbidden_ops=()):
     autograd, PyTorch's backward kernels, the forbidden calls, or a Jacobian-sized allocation."""
     originals = list(case.inputs.values())
     shown = case.shown_inputs()
-    limit = _allocation_limit(originals, case.broadcast_bytes)
+    guards = dict(forbidden_ops=forbidden_ops, forbidden_calls=forbidden_calls,
+                  limit_bytes=_allocation_limit(originals, case.broadcast_bytes))
+    driver = functools.partial(run_vjp, exercise, fn, originals, shown, guards)
+    return checks.call_student(exercise, driver, *originals, names=list(case.inputs), no_autograd=True)
 
-    def run(*_clones):  # call_student's clones lose a sliced layout: use copies that keep it
-        private = [private_copy(v) for v in originals]
-        with watched(exercise, shown, forbidden_ops=forbidden_ops, forbidden_calls=forbidden_calls,
-                     limit_bytes=limit):
-            return fn(*private)
 
-    return checks.call_student(exercise, run, *originals, names=list(case.inputs), no_autograd=True)
+def run_vjp(exercise, fn, originals, shown, guards, *_clones):
+    """Driver: fn on private copies of `originals` that keep their strides (call_student's own copies,
+    `_clones`, lose a sliced layout), under `watched(**guards)`."""
+    private = [private_copy(v) for v in originals]
+    with watched(exercise, shown, **guards):
+        return fn(*private)
 
 
 def check_vjp(exercise, fn, cases, *, forbidden_calls=()):
