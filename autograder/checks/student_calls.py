@@ -210,11 +210,11 @@ def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=F
         fail(exercise, f"raised {type(err).__name__}: {err}", inputs)
 
 
-def input_change(fn, *args) -> float:
-    """Call `fn(*args)`; return the largest change it made to a tensor argument (inf for NaN).
+def run_input_change(fn, *args) -> float:
+    """Driver: call `fn(*args)`; return the largest change it made to a tensor argument (inf for NaN).
 
-    A driver: pass it to `call_student` with the student's function as its first argument, so it
-    runs wherever the student's code runs (in trusted grading, the kernel).
+    Pass it to `call_student` with the student's function as its first argument, so it runs
+    wherever the student's code runs (in trusted grading, the kernel).
     """
     before = [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
     fn(*args)
@@ -224,7 +224,7 @@ def input_change(fn, *args) -> float:
 
 
 def run_cases(exercise, student_fn, cases, options) -> dict:
-    """A driver: the student's function on every case, each through `call_student`, stopping at
+    """Driver: the student's function on every case, each through `call_student`, stopping at
     the first failure. One call of it, in trusted grading, is one trip to the kernel."""
     results = []
     for case in cases:
