@@ -15,7 +15,7 @@ from torch import nn
 from autograder import checks
 from autograder.checks.compare import fail
 from autograder.checks.higher_order.common import LOOSE, close, is_tensor
-from autograder.checks.toggles import seeded
+from autograder.checks.toggles.models import seeded
 from autograder.learner import inputs
 from autograder.learner.device import get_device
 

@@ -18,7 +18,7 @@ from autograder.checks import GradingError
 from autograder.checks.checkpointing import SavedCounts
 from autograder.checks.compare import fail
 from autograder.checks.higher_order.common import LOOSE, close
-from autograder.checks.toggles import seeded
+from autograder.checks.toggles.models import seeded
 from autograder.learner import inputs
 from autograder.learner.device import get_device
 from autograder.learner.memory import SavedTensorLedger
