@@ -758,6 +758,15 @@ def ts_retained_graph(model, optimizer, loss_fn, x, y, max_norm=1.0):
     return loss.item()
 
 
+@wrong_("train_step", "zeroes the gradients, then replays the checks' 'forgot zero_grad' slip: the right step")
+def ts_replays_a_slip_of_the_checks(model, optimizer, loss_fn, x, y, max_norm=1.0):
+    from autograder.checks.toggles.training_step import _wrong_step
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y).item()
+    _wrong_step("no_zero_grad", model, optimizer, loss_fn, x, y, max_norm)
+    return loss
+
+
 @wrong_("train_step", "imports the course's answer key instead of writing it")
 def ts_imports_the_key(model, optimizer, loss_fn, x, y, max_norm=1.0):
     from autograder.grader.keys import answer_key

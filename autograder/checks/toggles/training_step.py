@@ -17,6 +17,7 @@ from torch import nn
 
 from autograder import checks
 from autograder.checks import GradingError
+from autograder.checks.student_calls import UsedAnswerKey, inside_student_call
 from autograder.checks.toggles.cases import GRAD_ON, expect_close_reordered, run_case, unreadable
 from autograder.checks.toggles.models import describe_model, tanh_mlp
 from autograder.learner import inputs
@@ -63,6 +64,10 @@ _STEP_SLIPS = {
 
 
 def _wrong_step(slip, model, opt, loss_fn, x, y, max_norm):
+    """Replay one slip. A slip is one line away from the right step, so this refuses to run inside
+    a student call, as answer keys do."""
+    if inside_student_call():
+        raise UsedAnswerKey("a grading helper of the course (autograder.checks.toggles.training_step)")
     if slip == "no_update":
         return
     if slip != "no_zero_grad":
