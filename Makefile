@@ -11,6 +11,7 @@ $(STAMP): pyproject.toml packaging/grader/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[lab]' -e './packaging/grader[test]'
 	bash .ci/install-graphviz
+	bash .ci/install-bubblewrap
 	bash .ci/install-chromium
 	touch $(STAMP)
 

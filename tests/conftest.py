@@ -18,6 +18,9 @@ import pytest
 
 # Notebooks executed by the tests save quiz progress here, never in the tester's home.
 os.environ.setdefault("COURSE_PROGRESS", str(pathlib.Path(tempfile.mkdtemp()) / "progress.json"))
+# Hidden tests load answer keys (solutions/<notebook>/answer_key.py) from the course directory: notebooks
+# the tests execute in temporary folders find it here.
+os.environ.setdefault("COURSE_ROOT", str(pathlib.Path(__file__).resolve().parent.parent))
 
 NO_GPU = ("no CUDA device here (torch.cuda.is_available() is False): every GPU test is skipped; "
           "run `make test-gpu` on a machine with an NVIDIA GPU")

@@ -36,7 +36,7 @@ from nbgrader.preprocessors import (
 )
 
 from autograder.grader import isolation, trusted
-from autograder.grader.sandbox import Limits, error_output, run_notebook
+from autograder.grader.sandbox import Limits, error_output, run_notebook, thread_pool
 
 EXECUTED_ENV = "COURSE_EXECUTED_DIR"
 
@@ -129,15 +129,17 @@ def sanitized(root: pathlib.Path, sub: Submission) -> nbformat.NotebookNode:
     return nb
 
 
-def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=()) -> dict:
+def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=(), answer_key=None) -> dict:
     """Run on a worker: execute one sanitized notebook in a sandbox, in a private folder.
 
     `trusted_names`: for a notebook graded in trusted mode, the names its answers define;
-    `hidden`: paths the kernel must not see (where it can be isolated, see autograder/grader/isolation.py).
+    `hidden`: paths the kernel must never reach (see autograder/grader/isolation.py); `answer_key`
+    (plain mode only): the notebook's answer key, which its hidden tests load in the kernel.
     """
     nb = nbformat.reads(nb_json, as_version=4)
     began = time.monotonic()
-    problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden)
+    problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden, answer_key=answer_key,
+                            pool=thread_pool())  # the worker's next kernel starts while this one runs
     return {"notebook": nbformat.writes(nb), "problems": problems, "seconds": time.monotonic() - began}
 
 
@@ -209,9 +211,9 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
     submissions = find_submissions(root, names)
     names_of = {name: None if plain else trusted_names(root, name) for name in names}
     hidden = [str(p) for p in isolation.secrets_of(root)]
-    if not isolation.available():
-        print("note: kernels run as this user and can read what it can (solutions, gradebook); "
-              "grade as root on Linux to isolate them (see README)", file=sys.stderr)
+    isolation.require(limits.unsandboxed)  # no sandbox: stop and say why, unless explicitly accepted
+    keys = {name: str(key) if plain and (key := root / "solutions" / name / "answer_key.py").is_file() else None
+            for name in names}
     results = {}
     waiting = collections.Counter(sub.assignment for sub in submissions)
     with tempfile.TemporaryDirectory(prefix="executed-") as staging, dask_client(workers, scheduler) as client, \
@@ -220,7 +222,7 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
         for sub in submissions:
             nb_json = sent[sub] = nbformat.writes(sanitized(root, sub))
             future = client.submit(execute_submission, nb_json, dataclasses.asdict(limits),
-                                   names_of[sub.assignment], hidden, pure=False)
+                                   names_of[sub.assignment], hidden, keys[sub.assignment], pure=False)
             futures[future] = sub
         bar = tqdm(total=len(futures), unit="notebook", desc="grading", disable=not progress, file=sys.stdout)
         for future in as_completed(futures):
