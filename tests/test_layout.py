@@ -19,20 +19,11 @@ MODULES = importgraph.modules()
 KNOWN_CYCLES = {
     "classgrade-cli": ({"autograder.grader.classgrade", "autograder.grader.cli"},
                        "classgrade and cli import each other (nbgrader_env); being fixed with issue 15"),
-    "progress-quiz-review": ({"autograder.learner.progress", "autograder.learner.progress_view",
-                              "autograder.learner.review", "autograder.learner.quiz",
-                              "autograder.learner.quiz_widgets"},
-                             "progress <-> progress_view <-> review <-> quiz <-> quiz_widgets (issue 16)"),
 }
 # Which parts of the package each part may import; the package's own __init__ ships with the learner.
 LAYERS = {"learner": {"learner"}, "checks": {"learner", "checks"}, "grader": {"learner", "checks", "grader"}}
 
 MAX_LINES = 600
-# Modules being split today (issue 14): {module: reason}.
-KNOWN_LONG = {
-    "autograder.checks.scalar_engine": "being split into a package autograder/checks/scalar_engine/ (issue 14)",
-    "autograder.checks.toggles": "being split into a package autograder/checks/toggles/ (issue 14)",
-}
 
 
 def describe_cycle(component) -> str:
@@ -84,17 +75,9 @@ def length_is_explained(docstring: str) -> bool:
                for s in sentences)
 
 
-def long_module_cases():
-    names = sorted(set(MODULES) | set(KNOWN_LONG))
-    return [pytest.param(name, id=name, marks=[pytest.mark.xfail(strict=True, reason=KNOWN_LONG[name])]
-                         if name in KNOWN_LONG else []) for name in names]
-
-
-@pytest.mark.parametrize("module", long_module_cases())
+@pytest.mark.parametrize("module", sorted(MODULES))
 def test_module_is_short_or_says_why(module):
-    path = MODULES.get(module)
-    if path is None:  # a known long module that is gone (split into a package): nothing is too long
-        return
+    path = MODULES[module]
     source = path.read_text()
     lines = len(source.splitlines())
     explained = length_is_explained(ast.get_docstring(ast.parse(source)))

@@ -360,7 +360,7 @@ def test_a_planted_reference_is_found(tmp_path):
     fake = tmp_path / "fake_wheel" / "autograder" / "checks"
     fake.mkdir(parents=True)
     (fake / "helpers.py").write_text("import collections\n\n\n" + renamed(a_reference_source()))
-    found = copies(refs, tmp_path / "fake_wheel")
+    found = [f for f in copies(refs, tmp_path / "fake_wheel") if "04_toggles.ipynb" in f]  # (the key's is near)
     assert len(found) == 1 and "autograder/checks/helpers.py:" in found[0] and "innocent_helper" in found[0] \
         and "grad_fn_names" in found[0] and "written again (same structure" in found[0], found
 
@@ -371,7 +371,7 @@ def test_a_reference_with_a_named_subexpression_is_nearly_found(tmp_path):
     fake = tmp_path / "fake_wheel"
     fake.mkdir()
     (fake / "walk.py").write_text("import collections\n\n\n" + source + "\n")
-    found = copies(REFERENCES["04_toggles"], fake)
+    found = [f for f in copies(REFERENCES["04_toggles"], fake) if "04_toggles.ipynb" in f]
     assert len(found) == 1 and "nearly written again" in found[0], found
 
 
