@@ -33,8 +33,10 @@ NOTEBOOK = "04_toggles"
 RUN_SECONDS = 240        # the whole notebook, through the UI (about a minute on 2 busy cores)
 STEP_MS = 60_000         # one page action or one wait
 
-playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="Playwright is not installed: `pip install -e '.[test]'` brings it")
+try:
+    from playwright import sync_api as playwright_api
+except ImportError:
+    playwright_api = None
 
 
 def chromium_path():
@@ -125,12 +127,19 @@ def stop(server):
             continue
 
 
+# Skipped where either is missing, failed instead under CI (tests/conftest.py).
+pytestmark = [
+    pytest.mark.needs(playwright_api is not None,
+                      reason="Playwright is not installed: `pip install -e './packaging/grader[test]'` brings it"),
+    pytest.mark.needs(chromium_path() is not None,
+                      reason="Chromium is not installed: run `bash .ci/install-chromium` (Debian/Ubuntu, as root or "
+                             "with sudo) or `apt-get install chromium`, or set CHROMIUM to a Chromium executable"),
+]
+
+
 @pytest.fixture
 def page():
     executable = chromium_path()
-    if executable is None:
-        pytest.skip("Chromium is not installed: run `bash .ci/install-chromium` (Debian/Ubuntu, as root or "
-                    "with sudo) or `apt-get install chromium`, or set CHROMIUM to a Chromium executable")
     args = ["--disable-dev-shm-usage"] + (["--no-sandbox"] if os.geteuid() == 0 else [])
     with playwright_api.sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=executable, args=args)
@@ -196,7 +205,11 @@ def image_bytes(src: str) -> bytes:
 
 
 def saved_attempts(path) -> list:
-    return json.loads(path.read_text())["attempts"] if path.exists() else []
+    """The quiz attempts in the progress file (JSON lines, one record each)."""
+    if not path.exists():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in records if r.get("type") == "attempt"]
 
 
 def test_learner_runs_a_notebook_and_answers_a_quiz_in_chromium(page, lab):
@@ -249,21 +262,63 @@ def a_learners_session(lab, page):
     assert plot.evaluate("img => img.complete && img.naturalWidth > 100 && img.naturalHeight > 100"), (
         f"the plot did not load {where}")
 
-    # A choice question answered by clicking: feedback appears, the attempt is saved.
+    # A choice question answered by clicking: feedback appears, the attempt is saved by choice id. The
+    # options are shuffled for each learner, so the clicked label says which option was chosen.
     before = saved_attempts(lab["progress"])
     question = page.locator(".widget-vbox").filter(has=page.locator(".widget-radio-box")).first
     question.scroll_into_view_if_needed()
-    question.locator(".widget-radio-box label").first.click()
+    label = question.locator(".widget-radio-box label").first
+    clicked_text = re.sub(r"^\(a\) ", "", label.inner_text().strip())
+    label.click()
     question.get_by_role("button", name="Check").first.click()
     feedback = question.get_by_text(re.compile(r"^\W*(Correct|Not quite)\.")).first
     feedback.wait_for()
     question.screenshot(path=ARTIFACTS / "quiz-feedback.png")
     correct = "Correct." in feedback.inner_text()
-    deadline = time.monotonic() + 30
-    while len(saved_attempts(lab["progress"])) == len(before) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    new = saved_attempts(lab["progress"])[len(before):]
-    assert [(a["kind"], a["response"], a["correct"]) for a in new] == [("choice", 0, correct)], (
+    new = wait_for_attempts(lab["progress"], len(before) + 1)[len(before):]
+    assert [(a["kind"], a["correct"]) for a in new] == [("choice", correct)], (
         f"{lab['progress']} should record the one answer given {where}")
-    print(f"answered {new[0]['notebook']}/{new[0]['question']} with (a): "
+    chosen = choice_by_id(new[0]["notebook"], new[0]["question"], new[0]["response"])
+    assert chosen.text == clicked_text and chosen.correct == correct, (
+        f"saved {new[0]['response']!r}, but the label clicked was {clicked_text!r} {where}")
+    print(f"answered {new[0]['notebook']}/{new[0]['question']} with (a), option {chosen.id!r}: "
           f"{'correct' if correct else 'wrong'}; screenshots in {ARTIFACTS}")
+
+    # A numeric question answered by typing: an unreadable answer is explained and not saved; a number is.
+    typed = page.locator(".widget-vbox").filter(has=page.locator(".widget-text input")).first
+    typed.scroll_into_view_if_needed()
+    box = typed.locator(".widget-text input").first
+    box.fill("2^10")
+    typed.get_by_role("button", name="Check").first.click()
+    typed.get_by_text(re.compile(r"write powers with \*\*")).first.wait_for()
+    box.fill("2**10")
+    typed.get_by_role("button", name="Check").first.click()
+    typed.get_by_text(re.compile(r"^\W*(Correct|Not quite)")).first.wait_for()
+    typed.screenshot(path=ARTIFACTS / "quiz-typed-feedback.png")
+    latest = wait_for_attempts(lab["progress"], len(before) + 2)[-1]
+    assert (latest["kind"] in ("numeric", "short"), latest["response"]) == (True, "2**10"), (
+        f"the typed answer should be saved once, as typed {where}")
+
+    # A recall question: Reveal is disabled until something is typed.
+    recall = page.locator(".widget-vbox").filter(has=page.locator("textarea")).first
+    recall.scroll_into_view_if_needed()
+    reveal = recall.get_by_role("button", name="Reveal").first
+    assert reveal.is_disabled(), f"Reveal should wait for an answer {where}"
+    recall.locator("textarea").first.fill("what I remember")
+    page.wait_for_function("b => !b.disabled", arg=reveal.element_handle())
+    reveal.click()
+    recall.get_by_text("Model answer:").first.wait_for()
+    recall.screenshot(path=ARTIFACTS / "quiz-recall-revealed.png")
+
+
+def wait_for_attempts(path, count, seconds=30):
+    deadline = time.monotonic() + seconds
+    while len(saved_attempts(path)) < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return saved_attempts(path)
+
+
+def choice_by_id(notebook, question_id, choice_id):
+    from autograder.learner import quiz_schema
+    question = quiz_schema.find_question(notebook, question_id)
+    return next(c for c in question.choices if c.id == choice_id)

@@ -11,8 +11,13 @@ import torch.utils.checkpoint as torch_checkpoint
 
 from autograder.checks import GradingError, boundary
 from autograder.checks import checkpointing as cc
+from autograder.grader.keys import answer_key
+from autograder.learner import memory
 from autograder.learner.device import available_devices
 from autograder.learner.memory import SavedTensorLedger
+
+KEY = answer_key("06_checkpointing")
+PEAKS_16 = [16, 9, 8, 7, 8, 11, 10, 9, 16, 16, 16, 16, 16, 16, 16, 16]  # what the visible test states
 
 
 @pytest.fixture(params=available_devices())
@@ -37,7 +42,8 @@ def torch_non_reentrant(fn, *args):
 FUNCTIONS = {
     "tanh(x @ w)": lambda x, w: torch.tanh(x @ w),
     "x * x": lambda x, w: x * x,
-    "expanded view": lambda x, w: x[:1].expand(50, x.shape[1]) * torch.ones(50, x.shape[1], dtype=x.dtype, device=x.device, requires_grad=True),
+    "expanded view": lambda x, w: x[:1].expand(50, x.shape[1]) * torch.ones(50, x.shape[1], dtype=x.dtype,
+                                                                           device=x.device, requires_grad=True),
     "two views of one storage": lambda x, w: (lambda z: z[:, :2] * z[:, 2:])(x @ w),
     "layer_norm, gelu, softmax": lambda x, w: F.gelu(F.layer_norm(x, (x.shape[1],))).softmax(-1) @ w,
     "cross_entropy": lambda x, w: F.cross_entropy(x @ w, torch.zeros(x.shape[0], dtype=torch.long, device=x.device)),
@@ -84,24 +90,58 @@ def test_describe_saved_names_each_saved_tensor_once():
     assert text.count("MulBackward0") == 2 and "not counted again" in text
 
 
-# --- unit_peaks and best_segments ---------------------------------------------------------------------
-@pytest.mark.parametrize("n", range(1, 13))
-def test_unit_peaks_are_the_exact_count(n):
-    unit = cc.UNIT_WIDTH * 4
-    peaks = cc.unit_peaks(n)
-    assert {k: v // unit for k, v in peaks.items()} == {k: (k - 1) + n - (k - 1) * (n // k) for k in range(1, n + 1)}
-    assert all(v % unit == 0 for v in peaks.values())
+# --- saved_bytes: the course's own counters are refused --------------------------------------------
+def test_saved_bytes_check_accepts_hooks_and_refuses_the_courses_counters():
+    def hooks(fn, *inputs):
+        sizes = {}
+
+        def pack(t):
+            sizes[(t.device, t.untyped_storage().data_ptr())] = t.untyped_storage().nbytes()
+            return t.detach()
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            fn(*inputs)
+        return sum(sizes.values())
+
+    def with_ledger(fn, *inputs):
+        with SavedTensorLedger() as ledger:
+            fn(*inputs)
+        return ledger.total_bytes
+
+    x, w = leaf(8, 16, seed=1), leaf(16, 4, seed=2)
+    cc.check_saved_bytes("saved_bytes", hooks, lambda a, b: torch.tanh(a @ b), [x, w], "tanh(x @ w)", expected=896)
+    for counter in (with_ledger, lambda fn, *a: cc.graph_saved_bytes(fn(*a)),
+                    lambda fn, *a: memory.measure(lambda: fn(*a), "cpu").saved_bytes):
+        with pytest.raises(GradingError, match="build that yourself"):
+            cc.check_saved_bytes("saved_bytes", counter, lambda a, b: torch.tanh(a @ b), [x, w], "tanh(x @ w)")
+
+
+# --- best_segments: judged against the peaks the test gives ---------------------------------------------
+@pytest.mark.parametrize("n", [*range(1, 13), 16, 17, 18, 30])
+def test_the_key_measures_the_exact_count(n):
+    assert KEY.segment_peaks(n) == {k: (k - 1) + n - (k - 1) * (n // k) for k in range(1, n + 1)}
+
+
+def test_the_stated_table_of_the_visible_test_is_the_measured_one():
+    assert list(KEY.segment_peaks(16).values()) == PEAKS_16
 
 
 def test_best_segments_accepts_every_minimiser_and_explains_a_miss():
-    cc.check_best_segments("best_segments", lambda n: {8: 4, 10: 5}[n], [8, 10])
-    cc.check_best_segments("best_segments", lambda n: {8: 2, 10: 2}[n], [8, 10])
-    with pytest.raises(GradingError, match=r"best_segments\(8\) returned 3, whose measured peak is 6 .* 2 or 4 segments"):
-        cc.check_best_segments("best_segments", lambda n: round(math.sqrt(n)), [8])
+    cc.check_best_segments("best_segments", lambda n: {8: 4, 10: 5}[n], KEY.segment_peaks, [8, 10])
+    cc.check_best_segments("best_segments", lambda n: {8: 2, 10: 2}[n], KEY.segment_peaks, [8, 10])
+    cc.check_best_segments("best_segments", lambda n: 4, {16: PEAKS_16})
+    with pytest.raises(GradingError,
+                       match=r"best_segments\(8\) returned 3, whose measured peak is 6 .* 2 or 4 segments"):
+        cc.check_best_segments("best_segments", lambda n: round(math.sqrt(n)), KEY.segment_peaks, [8])
+    with pytest.raises(GradingError, match=r"best_segments\(16\) returned 5, whose measured peak is 8 .* 4 segments"):
+        cc.check_best_segments("best_segments", lambda n: 5, {16: PEAKS_16})
     with pytest.raises(GradingError, match="should return an int"):
-        cc.check_best_segments("best_segments", lambda n: 2.0, [8])
+        cc.check_best_segments("best_segments", lambda n: 2.0, KEY.segment_peaks, [8])
     with pytest.raises(GradingError, match="between 1 and 8"):
-        cc.check_best_segments("best_segments", lambda n: 0, [8])
+        cc.check_best_segments("best_segments", lambda n: 0, KEY.segment_peaks, [8])
+    with pytest.raises(GradingError, match="called the course's answer key"):
+        cc.check_best_segments("best_segments", lambda n: min(KEY.segment_peaks(n).items(), key=lambda kv: kv[1])[0],
+                               KEY.segment_peaks, [8])
 
 
 # --- checkpoint checks against PyTorch's own checkpoint ---------------------------------------------------
@@ -154,7 +194,8 @@ def test_torch_checkpoint_sequential_passes(n_blocks, segments, device):
     reentrant = lambda b, k, x: torch_checkpoint.checkpoint_sequential(b, k, x, use_reentrant=True)  # noqa: E731
     non_reentrant = lambda b, k, x: torch_checkpoint.checkpoint_sequential(b, k, x, use_reentrant=False)  # noqa: E731
     for impl in (reentrant, non_reentrant):
-        cc.check_sequential_gradients("checkpoint_sequential", impl, n_blocks, segments, seed=8, device=device, forbid=())
+        cc.check_sequential_gradients("checkpoint_sequential", impl, n_blocks, segments, seed=8, device=device,
+                                      forbid=())
     cc.check_sequential_memory("checkpoint_sequential", reentrant, n_blocks, segments, seed=9, device=device, forbid=())
 
 

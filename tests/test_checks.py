@@ -94,7 +94,7 @@ def test_call_student_silences_warnings_and_stderr(capfd):
     import warnings
 
     def noisy(x):
-        warnings.warn("careful")
+        warnings.warn("careful", stacklevel=2)
         print("to stderr", file=sys.stderr)
         return x
 

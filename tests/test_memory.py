@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from autograder.learner.device import available_devices
-from autograder.learner.memory import SavedTensorLedger, measure
+from autograder.learner.memory import FREED, SavedTensorLedger, measure, saved_values_by_name
 
 
 @pytest.fixture(params=available_devices())
@@ -61,7 +61,7 @@ def test_gradients_are_unchanged_by_counting(device):
 
 def test_a_new_storage_at_a_freed_address_counts_as_new():
     """Free a saved storage, then save another: the allocator often reuses the address."""
-    for attempt in range(50):
+    for _attempt in range(50):
         a, b = torch.randn(1024, requires_grad=True), torch.randn(1024, requires_grad=True)
         with SavedTensorLedger() as ledger:
             y = a.exp()          # saves its output: 4096 bytes
@@ -74,3 +74,35 @@ def test_a_new_storage_at_a_freed_address_counts_as_new():
             assert (ledger.total_bytes, ledger.peak_bytes, ledger.live_bytes) == (8192, 4096, 0)
             return
     pytest.skip("the allocator never reused the address")
+
+
+def test_saved_values_by_name_reads_what_a_node_keeps_and_sees_it_freed():
+    x = torch.ones(3, requires_grad=True)
+    y = x.exp()
+    saved = saved_values_by_name(y.grad_fn)
+    assert list(saved) == ["result"] and saved["result"].data_ptr() == y.data_ptr()
+    y.sum().backward()
+    assert saved_values_by_name(y.grad_fn) == {"result": FREED}
+    times_two = saved_values_by_name((x * 2.0).grad_fn)  # a number operand is kept as a 0-d tensor
+    assert times_two["self"] is None and times_two["other"].shape == ()
+    assert saved_values_by_name((x * 2).mean().grad_fn) == {"self_sym_numel": 3, "self_sym_sizes": (3,)}
+
+
+def test_saved_values_by_name_reads_a_custom_function():
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a * a
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return 2 * a * g
+
+    x = torch.ones(2, requires_grad=True)
+    out = Square.apply(x)
+    (kept,) = saved_values_by_name(out.grad_fn)["saved_tensors"]
+    assert torch.equal(kept, x)
+    out.sum().backward()
+    assert saved_values_by_name(out.grad_fn) == {"saved_tensors": FREED}

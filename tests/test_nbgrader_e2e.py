@@ -68,9 +68,9 @@ def submission(released, answers, edit_test=None, delete_test=None):
     for cell in course.grade_cells(nb):
         if course.graded_name(course.nbgrader_meta(cell)["grade_id"]) == edit_test:
             cell.source = "pass"
-    graded = course.grade_cells(nb)
-    nb.cells = [c for c in nb.cells
-                if not (c in graded and course.graded_name(course.nbgrader_meta(c)["grade_id"]) == delete_test)]
+    deleted = [c for c in course.grade_cells(nb)
+               if course.graded_name(course.nbgrader_meta(c)["grade_id"]) == delete_test]
+    nb.cells = [c for c in nb.cells if c not in deleted]
     return nb
 
 

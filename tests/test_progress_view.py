@@ -16,7 +16,7 @@ import pytest
 from IPython.core.events import EventManager, available_events
 from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult
 
-from autograder.learner import plotting, progress, progress_view, quiz
+from autograder.learner import plotting, progress, progress_view, quiz, quiz_schema
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,8 @@ TEST_CELL = '"""vjp_linear: (gx, gW, gb) against autograd"""\nfrom autograder im
 # --- recognising test cells -----------------------------------------------------------------------
 def test_grade_cells_are_recognised_by_their_first_line():
     assert progress.grade_cell_id(TEST_CELL) == "vjp_linear"
-    assert progress.grade_cell_id('"""Value-tanh-exp-log: tanh"""\nimport torch\nfrom autograder import checks') == "Value-tanh-exp-log"
+    cell = '"""Value-tanh-exp-log: tanh"""\nimport torch\nfrom autograder import checks'
+    assert progress.grade_cell_id(cell) == "Value-tanh-exp-log"
     assert progress.grade_cell_id('"""Note: a docstring, no test"""\nx = 1') is None
     assert progress.grade_cell_id("def f():\n    '''vjp_linear: x'''\n    import autograder") is None
     assert progress.grade_cell_id("") is None
@@ -72,16 +73,42 @@ def test_every_grade_cell_of_the_course_and_nothing_else_is_recognised(folder):
 
 
 # --- tracking ---------------------------------------------------------------------------------------
-def test_test_runs_are_recorded_with_pass_or_the_error():
+def test_test_runs_are_recorded_with_pass_or_the_error(capsys):
     shell = fake_shell()
     progress.track_tests("03_vjp", shell=shell)
     run_cell(shell, "x = 1")  # not a test cell
     run_cell(shell, TEST_CELL, AssertionError("vjp_linear: gW is wrong\nexpected ... got ..."))
+    assert capsys.readouterr() == ("", "")  # a failing cell shows its own error; nothing is added
     run_cell(shell, TEST_CELL)
+    assert capsys.readouterr() == (progress.pass_line("vjp_linear") + "\n", "")
     runs = progress.test_runs("03_vjp")
-    assert [(r["exercise"], r["passed"]) for r in runs] == [("vjp_linear", False), ("vjp_linear", True)]
+    assert [(r["exercise"], r["cell"], r["passed"]) for r in runs] == [("vjp_linear", "vjp_linear", False),
+                                                                       ("vjp_linear", "vjp_linear", True)]
     assert (runs[0]["error"], runs[0]["message"]) == ("AssertionError", "vjp_linear: gW is wrong")
     assert "error" not in runs[1] and datetime.datetime.fromisoformat(runs[1]["time"])
+
+
+def test_a_pass_is_said_in_one_line_on_stdout():
+    line = progress.pass_line("grad_fn_names")
+    assert line == "✓ grad_fn_names: the visible tests pass (hidden tests run when it is graded)"
+    assert "\n" not in line
+
+
+def test_a_cell_of_a_behaviour_counts_for_its_exercise(capsys):
+    shell = fake_shell()
+    progress.track_tests("04_toggles", shell=shell)
+    run_cell(shell, '"""freeze_all_but-flags: x"""\nfrom autograder import checks\n')
+    assert capsys.readouterr().out.startswith("✓ freeze_all_but-flags: the visible tests pass")
+    (run,) = progress.test_runs()
+    assert (run["exercise"], run["cell"]) == ("freeze_all_but", "freeze_all_but-flags")
+
+
+def test_silent_while_nbgrader_grades_even_if_tracking_began_before(monkeypatch, capsys):
+    shell = fake_shell()
+    progress.track_tests("03_vjp", shell=shell)
+    monkeypatch.setenv(progress.GRADING_ENV_VAR, "autograde")
+    run_cell(shell, TEST_CELL)
+    assert capsys.readouterr() == ("", "") and progress.test_runs() == []
 
 
 def test_tracking_twice_records_once_and_follows_the_last_call():
@@ -105,6 +132,23 @@ shell.run_cell("print('an ordinary cell')")
 """
 
 
+def test_the_pass_line_lands_in_the_test_cells_output_in_a_kernel(tmp_path, private_progress):
+    """In a real Jupyter kernel, the line printed after the cell belongs to that cell, on stdout."""
+    nbformat_ = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat_.v4.new_notebook(cells=[
+        nbformat_.v4.new_code_cell("from autograder.learner import progress\nprogress.track_tests('03_vjp')"),
+        nbformat_.v4.new_code_cell(TEST_CELL + "ok = True"),
+        nbformat_.v4.new_code_cell("print('next cell')")])
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute(env={**os.environ, "COURSE_PROGRESS": str(private_progress)})
+    outputs = nb.cells[1].outputs
+    assert [(o.output_type, o.get("name"), o.get("text")) for o in outputs] == [
+        ("stream", "stdout", progress.pass_line("vjp_linear") + "\n")]
+    assert [o.text for o in nb.cells[2].outputs] == ["next cell\n"]
+
+
 def test_tracking_in_a_real_ipython_shell(private_progress):
     # a process of its own: an IPython shell in the test process would change it for later tests
     script = f"TEST_CELL = {TEST_CELL!r}\n" + REAL_SHELL
@@ -113,6 +157,7 @@ def test_tracking_in_a_real_ipython_shell(private_progress):
     assert done.returncode == 0, done.stderr
     assert [(r["notebook"], r["exercise"], r["passed"], r.get("error")) for r in progress.test_runs()] == [
         ("03_vjp", "vjp_linear", False, "AssertionError"), ("03_vjp", "vjp_linear", True, None)]
+    assert done.stdout.count(progress.pass_line("vjp_linear")) == 1 and done.stderr == ""
 
 
 def test_tracking_does_nothing_outside_ipython_or_while_nbgrader_grades(monkeypatch):
@@ -125,27 +170,25 @@ def test_tracking_does_nothing_outside_ipython_or_while_nbgrader_grades(monkeypa
     assert recorders(shell) == []
 
 
-def test_a_failing_recorder_stays_silent(private_progress, capsys):
+def test_a_recorder_that_cannot_write_adds_nothing_but_the_pass_line(private_progress, capsys):
     private_progress.mkdir()  # the file cannot be written: the test cell's output must stay clean
     shell = fake_shell()
     progress.track_tests("03_vjp", shell=shell)
     run_cell(shell, TEST_CELL)
-    assert capsys.readouterr() == ("", "")
+    assert capsys.readouterr() == (progress.pass_line("vjp_linear") + "\n", "")
 
 
 def test_old_progress_files_keep_their_attempts(private_progress):
-    old = {"version": 1, "attempts": [{"notebook": "01_chain_rule", "question": "q", "kind": "choice", "correct": True}]}
+    old = {"version": 1,
+           "attempts": [{"notebook": "01_chain_rule", "question": "q", "kind": "choice", "correct": True}]}
     private_progress.write_text(json.dumps(old))
     progress.record_test("01_chain_rule", "relu_grad", True)
-    saved = json.loads(private_progress.read_text())
+    saved = progress.load()
     assert saved["attempts"] == old["attempts"] and [t["exercise"] for t in saved["tests"]] == ["relu_grad"]
 
 
-def test_a_damaged_tests_list_is_kept_aside(private_progress, capsys):
-    private_progress.write_text(json.dumps({"version": 1, "attempts": [], "tests": "oops"}))
+def test_a_failing_message_is_cut(private_progress):
     progress.record_test("01_chain_rule", "relu_grad", False, "GradingError", "x" * 1000)
-    assert "could not be read" in capsys.readouterr().out
-    assert len(list(private_progress.parent.glob("progress.json.damaged-*"))) == 1
     (run,) = progress.test_runs()
     assert len(run["message"]) == progress.MESSAGE_CHARS
 
@@ -184,6 +227,25 @@ def test_summary_counts_one_answer_per_sitting_and_the_latest_tests(private_prog
     assert "03_vjp: no quiz answers yet; visible tests pass for 1 of the 1 exercise run so far." in text
 
 
+def test_exercises_are_graded_names_not_test_cells(private_progress):
+    """Notebook 04 has 10 test cells for 7 exercises; an exercise passes when each of its cells passed last."""
+    cells = [c for c in ("grad_fn_names", "freeze_all_but-flags", "freeze_all_but-training", "distill_loss-value",
+                         "distill_loss-gradients", "accumulated_grads", "per_loss_grads", "predict",
+                         "train_step-update", "train_step-no-graph")]
+    runs = [{"type": "test", "notebook": "04_toggles", "cell": c, "exercise": c.split("-")[0], "passed": True,
+             "time": "2025-03-01T10:00:00"} for c in cells]
+    runs.append({**runs[2], "passed": False})  # the latest run of freeze_all_but-training fails
+    # an old record, without "cell"
+    runs.append({"type": "test", "notebook": "04_toggles", "exercise": "predict", "passed": True})
+    private_progress.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    summary = progress_view.summarise()
+    assert len(summary["04_toggles"]["tests"]) == 10
+    text = progress_view.describe(summary)
+    assert "visible tests pass for 6 of the 7 exercises run so far (failing: freeze_all_but)" in text
+    fig = progress_view.figure(summary)
+    assert "6 of 7 exercises pass now" in fig.get_axes()[1].get_title(loc="left")
+
+
 def test_the_figure_has_labelled_axes_and_a_row_per_notebook(private_progress):
     sample(private_progress)
     fig = progress_view.figure(progress_view.summarise())
@@ -192,7 +254,8 @@ def test_the_figure_has_labelled_axes_and_a_row_per_notebook(private_progress):
     quiz_ax, tests_ax = axes[0], axes[1]
     assert quiz_ax.get_ylabel() == "answered right (%)" and quiz_ax.get_xlabel() == "day"
     assert [t.get_text() for t in tests_ax.get_yticklabels()] == ["relu_grad", "sigmoid_grad"]
-    assert tests_ax.get_xlabel().startswith("test-cell runs") and "1 of 2 pass now" in tests_ax.get_title(loc="left")
+    assert tests_ax.get_xlabel().startswith("test-cell runs")
+    assert "1 of 2 exercises pass now" in tests_ax.get_title(loc="left")
     assert quiz_ax.get_lines()[0].get_color() == plotting.COLORS[0]
     assert not axes[4].axison and "no quiz answers yet" in axes[4].texts[0].get_text()  # 03: tests only
     # pass and fail differ in hatching and symbol, not only in colour
@@ -220,8 +283,8 @@ def test_with_nothing_recorded_show_says_so_in_one_line(private_progress, monkey
 
 
 def test_quiz_answers_from_the_widgets_reach_the_view(monkeypatch):
-    question = next(q for _, qs in quiz.load_quiz("01_chain_rule").values() for q in qs if q.kind == "choice")
-    quiz.check_choice(question, 0)
+    question = next(q for q in quiz_schema.all_questions("01_chain_rule") if q.kind == "choice")
+    quiz.check_choice(question, question.choices[0].id)
     (day,) = progress_view.summarise()["01_chain_rule"]["days"]
     assert day[0] == datetime.date.today() and day[2] == 1
 
@@ -282,9 +345,11 @@ shell.run_cell("%matplotlib inline")
 renders = []
 original = bases.FigureCanvasBase.print_figure
 bases.FigureCanvasBase.print_figure = lambda self, *a, **k: renders.append(1) or original(self, *a, **k)
-shell.run_cell("from autograder.learner import plotting; plotting.describe_all_figures(); plotting.describe_all_figures()")
+shell.run_cell("from autograder.learner import plotting")
+shell.run_cell("plotting.describe_all_figures(); plotting.describe_all_figures()")
 # a figure pyplot does not hold, so that only the two displays below render it
-shell.run_cell("from matplotlib.figure import Figure; fig = Figure(); ax = fig.subplots(); ax.plot([0, 1], label='line'); ax.legend()")
+shell.run_cell("from matplotlib.figure import Figure; fig = Figure(); ax = fig.subplots()")
+shell.run_cell("ax.plot([0, 1], label='line'); ax.legend()")
 plain, _ = shell.display_formatter.format(shell.user_ns["fig"])
 shell.run_cell("plotting.set_alt(fig, 'my own words')")
 own, _ = shell.display_formatter.format(shell.user_ns["fig"])

@@ -1,13 +1,15 @@
-"""Quizzes: data files follow the schema, answers are scored and saved, nothing saved is lost."""
+"""Quizzes: the schema is enforced, answers are read, judged and saved, choices are shuffled per learner."""
+import dataclasses
 import json
-import string
+import os
+import subprocess
+import sys
 
 import pytest
 
-from autograder.learner import progress, quiz
+from autograder.learner import progress_file, quiz, quiz_answers, quiz_schema
 
-QUIZ_FILES = sorted(p.stem for p in (quiz.importlib.resources.files("autograder.learner") / "quizzes").iterdir()
-                    if p.name.endswith(".yaml"))
+QUIZ_FILES = quiz_schema.course_notebooks()
 
 
 @pytest.fixture(autouse=True)
@@ -18,48 +20,233 @@ def private_progress(tmp_path, monkeypatch):
 
 
 def first(notebook, kind):
-    return next(q for _, qs in quiz.load_quiz(notebook).values() for q in qs if q.kind == kind)
+    return next(q for q in quiz_schema.all_questions(notebook) if q.kind == kind)
 
 
+def saved(path):
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r["type"] == "attempt"]
+
+
+def letter_of(question, choice_id):
+    shown = quiz_answers.shown_choices(question)
+    return quiz_answers.LETTERS[[c.id for c in shown].index(choice_id)]
+
+
+# --- the files ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("notebook", QUIZ_FILES)
-def test_every_quiz_file_has_the_three_sections(notebook):
+def test_every_quiz_file_has_the_three_sections_in_order(notebook):
     sections = quiz.load_quiz(notebook)
-    assert set(sections) == set(quiz.SECTIONS)
+    assert tuple(sections) == quiz.SECTIONS
     levels = {q.level for q in sections["retrieve"][1]}
     assert {"factual", "conceptual", "synthetic"} <= levels
     assert len(sections["concept_check"][1]) >= 4
 
 
+def write_quiz(tmp_path, monkeypatch, text):
+    folder = tmp_path / "quizzes"
+    folder.mkdir(exist_ok=True)
+    (folder / "99_test.yaml").write_text(text)
+    monkeypatch.setattr(quiz_schema, "quiz_folder", lambda: folder)
+
+
+MINIMAL = """notebook: 99_test
+sections:
+  predict: {title: P, questions: [{id: p1, kind: recall, prompt: "?", answer: "a"}]}
+  retrieve: {title: R, questions: [{id: r1, kind: numeric, level: factual, prompt: "?", answer: 1e-3,
+             tolerance: {abs: 1e-6}, why: "w"}]}
+  concept_check: {title: C, questions: [{id: c1, kind: short, prompt: "?", accept: ["x"], why: "w"}]}
+"""
+
+
+def test_numbers_written_without_a_dot_are_numbers(tmp_path, monkeypatch):
+    """PyYAML reads 1e-3 and 1e-6 as strings; the schema's own examples must still work."""
+    write_quiz(tmp_path, monkeypatch, MINIMAL)
+    (q,) = quiz.load_quiz("99_test")["retrieve"][1]
+    assert q.answer == 1e-3 and q.tolerance == (("abs", 1e-6),)
+
+
+def test_the_sections_come_in_their_order(tmp_path, monkeypatch):
+    lines = MINIMAL.splitlines()
+    write_quiz(tmp_path, monkeypatch, "\n".join(lines[:2] + lines[3:5] + [lines[2]] + lines[5:]))
+    with pytest.raises(quiz.QuizFileError, match="sections are predict, retrieve, concept_check, in that order"):
+        quiz.load_quiz("99_test")
+
+
+@pytest.mark.parametrize("change, message", [
+    (("tolerance: {abs: 1e-6}", "tolerence: {abs: 1e-6}"), "unknown field\\(s\\) tolerence"),
+    (("tolerance: {abs: 1e-6}", "tolerance: {abs: -1}"), "tolerance is"),
+    (("answer: 1e-3", "answer: about one"), "needs a number as its answer"),
+    (("level: factual, ", ""), "retrieve question needs a level"),
+    (('accept: ["x"]', "accept: []"), "needs accept"),
+    (('kind: short, prompt: "?", accept: ["x"], why: "w"', 'kind: short, prompt: "?", accept: ["x"]'), "'why'"),
+    (("kind: recall", "kind: essay"), "kind is one of"),
+])
+def test_schema_errors_name_the_question_and_the_problem(tmp_path, monkeypatch, change, message):
+    write_quiz(tmp_path, monkeypatch, MINIMAL.replace(*change, 1))
+    with pytest.raises(quiz.QuizFileError, match=message):
+        quiz.load_quiz("99_test")
+
+
+def test_choice_schema_errors():
+    right, other = {"id": "a", "text": "a", "why": "w", "correct": True}, {"id": "b", "text": "b", "why": "w"}
+
+    def choice(*choices):
+        return {"id": "q1", "kind": "choice", "prompt": "?", "choices": list(choices)}
+    quiz_schema.parse_question("nb", "predict", choice(right, other))
+    with pytest.raises(quiz.QuizFileError, match="exactly one choice must be correct"):
+        quiz_schema.parse_question("nb", "predict", choice(right, {**other, "correct": True}))
+    with pytest.raises(quiz.QuizFileError, match="q1: every choice needs an id"):
+        quiz_schema.parse_question("nb", "predict", choice({k: v for k, v in right.items() if k != "id"}, other))
+    with pytest.raises(quiz.QuizFileError, match="share an id"):
+        quiz_schema.parse_question("nb", "predict", choice(right, {**other, "id": "a"}))
+    with pytest.raises(quiz.QuizFileError, match="q2: 'answer' must be a non-empty string"):
+        quiz_schema.parse_question("nb", "predict", {"id": "q2", "kind": "recall", "prompt": "?"})
+
+
+# --- reading what was typed -------------------------------------------------------------------------------
+@pytest.mark.parametrize("typed, value", [
+    ("2**-24", 2.0 ** -24), ("3*4*8", 96.0), ("1e-3", 1e-3), (" -(1 + 2) / 4 ", -0.75), ("3_000", 3000.0),
+    ("96 bytes", 96.0), ("0.5", 0.5), ("(3*2**-23*1.557)**(1/3)", (3 * 2 ** -23 * 1.557) ** (1 / 3))])
+def test_numbers_and_plain_arithmetic_are_read(typed, value):
+    assert quiz_answers.read_number(typed, unit="bytes") == pytest.approx(value, rel=1e-12)
+
+
+@pytest.mark.parametrize("typed, message", [
+    ("2^10", "write powers with \\*\\*"), ("3,000", "thousands separators"),
+    ("__import__('os')", "numbers, \\+ - \\* / \\*\\*"),
+    ("x + 1", "numbers, \\+"), ("9**9**9", "too large"), ("1/0", "divides by zero"), ("(-8)**0.5", "not a finite real"),
+    ("", "type a number first"), ("2 +", "could not read"), ("True + 1", "numbers, \\+"), ("9" * 300, "at most 200")])
+def test_anything_else_is_refused_with_a_reason(typed, message):
+    with pytest.raises(quiz_answers.AnswerError, match=message):
+        quiz_answers.read_number(typed)
+
+
+def test_short_answers_are_normalised():
+    assert quiz_answers.normalise(" `torch.Size([3, 4])` ") == "torch.size([3,4])"
+    assert quiz_answers.normalise("'RuntimeError'") == quiz_answers.normalise('"runtimeerror"') == "runtimeerror"
+
+
+# --- judging and saving -----------------------------------------------------------------------------------
+def numeric_question(**changes):
+    base = quiz_schema.Question("01_chain_rule", "predict", "n1", "numeric", "?", why="because", answer=0.32,
+                                tolerance=(("abs", 0.0005),), unit="")
+    return dataclasses.replace(base, **changes)
+
+
+def test_numeric_answers_within_tolerance_are_right_and_saved(private_progress):
+    q = numeric_question()
+    assert quiz_answers.check_numeric(q, "2*0.8*0.2").correct
+    wrong = quiz_answers.check_numeric(q, "0.8*0.2")
+    assert not wrong.correct and "you gave 0.8*0.2 = 0.16" in wrong.text and "the answer is 0.32" in wrong.text
+    assert [(a["kind"], a["response"], a["correct"]) for a in saved(private_progress)] == [
+        ("numeric", "2*0.8*0.2", True), ("numeric", "0.8*0.2", False)]
+    relative = numeric_question(answer=34359738368, tolerance=(("rel", 1e-9),), unit="numbers")
+    assert quiz_answers.check_numeric(relative, "64*1024*1024*512 numbers").correct
+    assert not quiz_answers.check_numeric(relative, "64*1024*1024*511").correct
+    with pytest.raises(quiz_answers.AnswerError):
+        quiz_answers.check_numeric(q, "zero point three")
+    assert len(saved(private_progress)) == 4  # an unreadable answer is not an attempt
+
+
+def test_short_answers_accept_any_listed_spelling(private_progress):
+    q = first("03_vjp", "short")
+    for spelling in q.accept:
+        assert quiz_answers.check_short(q, f"  `{spelling}` ").correct
+    bad = quiz_answers.check_short(q, "something else")
+    assert not bad.correct and q.accept[0] in bad.text
+    with pytest.raises(quiz_answers.AnswerError):
+        quiz_answers.check_short(q, " `` ")
+
+
 @pytest.mark.parametrize("notebook", QUIZ_FILES)
-def test_choice_feedback_explains_and_is_saved(notebook, private_progress):
+def test_choice_feedback_explains_and_is_saved_by_choice_id(notebook, private_progress):
     question = first(notebook, "choice")
-    right = next(i for i, c in enumerate(question.choices) if c.get("correct"))
-    wrong = (right + 1) % len(question.choices)
-    good, bad = quiz.check_choice(question, right), quiz.check_choice(question, wrong)
+    right = question.right_choice
+    wrong = next(c for c in question.choices if not c.correct)
+    good, bad = quiz.check_choice(question, right.id), quiz.check_choice(question, wrong.id)
     assert good.correct and good.text.startswith("Correct.")
-    assert not bad.correct and question.choices[right]["text"] in bad.text
-    saved = json.loads(private_progress.read_text())["attempts"]
-    assert [(a["question"], a["correct"]) for a in saved] == [(question.id, True), (question.id, False)]
+    assert not bad.correct and right.text in bad.text and wrong.why in bad.text
+    assert [(a["question"], a["response"], a["correct"]) for a in saved(private_progress)] == [
+        (question.id, right.id, True), (question.id, wrong.id, False)]
+
+
+# --- shuffled choices -------------------------------------------------------------------------------------------
+def test_choices_are_shuffled_per_learner_and_stable():
+    question = next(q for q in quiz_schema.all_questions("04_toggles") if q.kind == "choice")
+    orders = {tuple(c.id for c in quiz_answers.shown_choices(question, learner=f"learner-{i}")) for i in range(40)}
+    assert len(orders) > 10  # learners see different orders
+    assert all(sorted(order) == sorted(c.id for c in question.choices) for order in orders)
+    mine = quiz_answers.shown_choices(question)
+    assert quiz_answers.shown_choices(question) == mine  # the same order on every call
+    other = next(q for q in quiz_schema.all_questions("04_toggles") if q.kind == "choice" and q.id != question.id)
+    positions = {[c.id for c in quiz_answers.shown_choices(q, learner=f"l{i}")].index(q.right_choice.id)
+                 for i in range(30) for q in (question, other)}
+    assert positions == {0, 1, 2, 3}  # the right answer lands anywhere
+
+
+SHOW_ORDER = """
+from autograder.learner import quiz_answers, quiz_schema
+q = next(q for q in quiz_schema.all_questions("04_toggles") if q.kind == "choice")
+print(",".join(c.id for c in quiz_answers.shown_choices(q)))
+"""
+
+
+def test_the_order_is_the_same_in_another_kernel(private_progress):
+    """A second process (another kernel) reads the learner id from the progress file."""
+    runs = [subprocess.run([sys.executable, "-c", SHOW_ORDER], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "COURSE_PROGRESS": str(private_progress)}) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr
+    assert runs[0].stdout == runs[1].stdout
+    q = next(q for q in quiz_schema.all_questions("04_toggles") if q.kind == "choice")
+    assert runs[0].stdout.strip() == ",".join(c.id for c in quiz_answers.shown_choices(q))
+    learners = [r for r in map(json.loads, private_progress.read_text().splitlines()) if r["type"] == "learner"]
+    assert len(learners) == 1
 
 
 @pytest.mark.parametrize("notebook", QUIZ_FILES)
-def test_plain_text_answering_matches_the_widgets(notebook, capsys):
+def test_plain_text_answering_uses_the_shown_letters(notebook, capsys):
     question = first(notebook, "choice")
-    right = next(i for i, c in enumerate(question.choices) if c.get("correct"))
-    assert f"answer({notebook!r}, {question.id!r}, 'a')" in quiz.plain_text(question, 1)
-    quiz.answer(notebook, question.id, string.ascii_lowercase[right])
+    text = quiz.plain_text(question, 1)
+    assert f"answer({notebook!r}, {question.id!r}, '?')" in text and "'a')" not in text
+    shown = quiz_answers.shown_choices(question)
+    for letter, choice in zip(quiz_answers.LETTERS, shown):
+        assert f"- ({letter}) {choice.text}" in text
+    quiz.answer(notebook, question.id, letter_of(question, question.right_choice.id).upper())
     assert capsys.readouterr().out.startswith("Correct.")
-    with pytest.raises(ValueError, match="one letter"):
+    with pytest.raises(ValueError, match="one letter, from a to d"):
         quiz.answer(notebook, question.id, "banana")
 
 
+# --- produced answers in plain mode -----------------------------------------------------------------------------
+def test_plain_numeric_and_short_answers(capsys, private_progress):
+    q = next(q for q in quiz_schema.all_questions("01_chain_rule") if q.id == "sigmoid-backward-from-output")
+    assert "answer('01_chain_rule', 'sigmoid-backward-from-output', '...')" in quiz.plain_text(q, 4)
+    quiz.answer("01_chain_rule", q.id, "2*0.8*(1-0.8)")
+    assert capsys.readouterr().out.startswith("Correct: 0.32.")
+    s = next(q for q in quiz_schema.all_questions("01_chain_rule") if q.kind == "short")
+    quiz.answer("01_chain_rule", s.id, "torch.Size([64, 128])")
+    assert capsys.readouterr().out.startswith("Correct.")
+    assert [a["correct"] for a in saved(private_progress)] == [True, True]
+    with pytest.raises(quiz.AnswerError, match="nothing to rate"):
+        quiz.rate("01_chain_rule", s.id, "x", 2)
+
+
+def test_code_is_shown_above_the_prompt():
+    q = next(q for q in quiz_schema.all_questions("02_micrograd") if q.code)
+    text = quiz.plain_text(q, 1)
+    assert text.index("```python\n") < text.index(q.prompt)
+
+
 @pytest.mark.parametrize("notebook", QUIZ_FILES)
-def test_recall_shows_the_model_answer_and_saves_the_rating(notebook, capsys):
+def test_recall_needs_an_answer_then_shows_the_model_answer_and_saves_the_rating(notebook, capsys):
     question = first(notebook, "recall")
+    with pytest.raises(ValueError, match="write your own answer first"):
+        quiz.answer(notebook, question.id, "   ")
+    assert capsys.readouterr().out == ""
     quiz.answer(notebook, question.id, "my attempt")
     assert question.answer in capsys.readouterr().out
     quiz.rate(notebook, question.id, "my attempt", 2)
-    (attempt,) = progress.attempts(notebook)
+    (attempt,) = progress_file.attempts(notebook)
     assert (attempt["kind"], attempt["rating"], attempt["response"]) == ("recall", 2, "my attempt")
     with pytest.raises(ValueError, match="from 0 to 3"):
         quiz.rate_recall(question, "x", 7)
@@ -74,30 +261,14 @@ def test_show_quiz_displays_every_question(notebook, plain, monkeypatch):
         monkeypatch.setenv(quiz.PLAIN_ENV_VAR, "1")
     else:
         monkeypatch.delenv(quiz.PLAIN_ENV_VAR, raising=False)
-    quiz.show_quiz(notebook, "predict")
-    assert len(shown) == 1 + len(quiz.load_quiz(notebook)["predict"][1])
-
-
-def test_a_damaged_progress_file_is_kept_not_overwritten(private_progress, capsys):
-    private_progress.write_text("{not json")
-    progress.record({"notebook": "n", "question": "q"})
-    kept = list(private_progress.parent.glob("progress.json.damaged-*"))
-    assert len(kept) == 1 and kept[0].read_text() == "{not json"
-    assert "could not be read" in capsys.readouterr().out
-    assert progress.attempts("n")[0]["question"] == "q"
-
-
-def test_schema_errors_name_the_question():
-    with pytest.raises(quiz.QuizFileError, match="exactly one correct"):
-        quiz._parse_question("nb", "predict", {"id": "q1", "kind": "choice", "prompt": "?",
-                                                "choices": [{"text": "a", "why": "w", "correct": True},
-                                                            {"text": "b", "why": "w", "correct": True}]})
-    with pytest.raises(quiz.QuizFileError, match="q2: a recall question needs a model answer"):
-        quiz._parse_question("nb", "predict", {"id": "q2", "kind": "recall", "prompt": "?"})
+    for section in quiz.SECTIONS:
+        shown.clear()
+        quiz.show_quiz(notebook, section)
+        assert len(shown) == 1 + len(quiz.load_quiz(notebook)[section][1])
 
 
 # --- the widgets: keyboard and screen readers ------------------------------------------------------
-INTERACTIVE = ("Button", "RadioButtons", "Textarea", "ToggleButtons")
+INTERACTIVE = ("Button", "RadioButtons", "Textarea", "Text", "ToggleButtons")
 
 
 def widget_tree(widget):
@@ -106,59 +277,85 @@ def widget_tree(widget):
         yield from widget_tree(child)
 
 
+def part(box, kind):
+    return next(w for w in widget_tree(box) if type(w).__name__ == kind)
+
+
 @pytest.mark.parametrize("notebook", QUIZ_FILES)
 @pytest.mark.parametrize("review", ["", "09_later"])
 def test_every_control_is_native_and_names_its_question(notebook, review):
     ipywidgets = pytest.importorskip("ipywidgets")
     from autograder.learner import quiz_widgets
     name = "R3" if review else "Q3"
-    for kind in ("choice", "recall"):
+    for kind in ("choice", "recall", "numeric", "short"):
         box = quiz_widgets.question_widget(first(notebook, kind), 3, review=review)
         parts = list(widget_tree(box))
         kinds = {type(w).__name__ for w in parts}
-        # native controls (radio inputs, <button>, <textarea>) only: Tab reaches them, Space/Enter works them
+        # native controls (radio inputs, text inputs, <button>, <textarea>) only: Tab reaches them
         assert kinds <= set(INTERACTIVE) | {"VBox", "Output"}, kinds
         controls = [w for w in parts if type(w).__name__ in INTERACTIVE]
-        assert controls and all(w.tabbable is not False and not w.disabled for w in controls)
+        assert controls and all(w.tabbable is not False for w in controls)
         for w in controls:
             said = f"{w.description} {w.tooltip or ''}"
             assert name in said, f"{type(w).__name__} does not say which question it belongs to: {said!r}"
+            # the one control that starts disabled says what enables it
+            assert not w.disabled or (kind == "recall" and "type your own answer first" in w.tooltip)
         for w in controls:
             if isinstance(w, ipywidgets.ToggleButtons):
                 assert len(w.tooltips) == len(w.options) and all(w.tooltips)
 
 
-def test_clicking_check_scores_and_saves_a_review_answer(private_progress):
+def test_clicking_check_scores_and_saves_a_review_answer_by_choice_id(private_progress):
     from autograder.learner import quiz_widgets
     question = first("01_chain_rule", "choice")
-    right = next(i for i, c in enumerate(question.choices) if c.get("correct"))
     box = quiz_widgets.question_widget(question, 1, review="02_micrograd", note="you missed it last time")
-    picker, button = (next(w for w in widget_tree(box) if type(w).__name__ == kind) for kind in ("RadioButtons", "Button"))
+    picker, button = part(box, "RadioButtons"), part(box, "Button")
+    assert [label for label, _ in picker.options] == [
+        f"({letter}) {c.text}" for letter, c in zip("abcd", quiz_answers.shown_choices(question))]
     button.click()  # nothing picked yet: nothing saved
-    assert not private_progress.exists()
-    picker.value = right
+    assert progress_file.attempts() == []
+    picker.value = question.right_choice.id
     button.click()  # what a mouse click, Enter or Space on the focused button does
-    (saved,) = progress.attempts("01_chain_rule")
-    assert (saved["question"], saved["correct"], saved["review"]) == (question.id, True, "02_micrograd")
+    (attempt,) = progress_file.attempts("01_chain_rule")
+    assert (attempt["question"], attempt["response"], attempt["correct"], attempt["review"]) == (
+        question.id, question.right_choice.id, True, "02_micrograd")
 
 
-def test_revealing_and_rating_a_recall_answer_saves_it(private_progress):
+def test_typing_a_number_and_checking_it(private_progress, capsys):
+    from autograder.learner import quiz_widgets
+    question = next(q for q in quiz_schema.all_questions("05_loss_scaling") if q.id == "smallest-fp16")
+    box = quiz_widgets.question_widget(question, 2)
+    typed, button = part(box, "Text"), part(box, "Button")
+    typed.value = "2^-24"
+    button.click()  # outside a kernel, the feedback Output widget passes its text through to stdout
+    assert progress_file.attempts() == [] and "powers with **" in capsys.readouterr().out
+    typed.value = "2**-24"
+    button.click()
+    (attempt,) = progress_file.attempts()
+    assert (attempt["response"], attempt["correct"]) == ("2**-24", True)
+
+
+def test_reveal_stays_disabled_until_something_is_typed(private_progress):
     from autograder.learner import quiz_widgets
     question = first("02_micrograd", "recall")
     box = quiz_widgets.question_widget(question, 2)
-    typed, reveal, ratings = (next(w for w in widget_tree(box) if type(w).__name__ == kind)
-                              for kind in ("Textarea", "Button", "ToggleButtons"))
+    typed, reveal, ratings = part(box, "Textarea"), part(box, "Button"), part(box, "ToggleButtons")
+    assert reveal.disabled and ratings.layout.display == "none"
+    reveal.click()  # a disabled button in the browser does nothing; neither does the handler
     assert ratings.layout.display == "none"
+    typed.value = "   "
+    assert reveal.disabled
     typed.value = "the chain rule, backwards"
+    assert not reveal.disabled
     reveal.click()
     assert ratings.layout.display is None
     ratings.value = 3
-    (saved,) = progress.attempts("02_micrograd")
-    assert (saved["response"], saved["rating"], "review" in saved) == ("the chain rule, backwards", 3, False)
+    (attempt,) = progress_file.attempts("02_micrograd")
+    assert (attempt["response"], attempt["rating"], "review" in attempt) == ("the chain rule, backwards", 3, False)
 
 
 def test_plain_text_review_questions_say_where_they_come_from():
     question = first("01_chain_rule", "choice")
     text = quiz.plain_text(question, 2, review="03_vjp", note="you missed it last time")
     assert text.startswith("**R2.** *from 01_chain_rule: you missed it last time*")
-    assert f"answer('01_chain_rule', {question.id!r}, 'a', review='03_vjp')" in text
+    assert f"answer('01_chain_rule', {question.id!r}, '?', review='03_vjp')" in text

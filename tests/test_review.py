@@ -1,9 +1,12 @@
-"""Spaced retrieval: the Leitner schedule read from the progress file, and the review at a notebook's top."""
+"""Spaced retrieval: the FSRS schedule read from the progress file, and the review at a notebook's top."""
+import datetime
 import json
 
 import pytest
 
-from autograder.learner import progress, quiz, review
+from autograder.learner import progress_file, quiz, quiz_schema, review
+
+UTC = datetime.UTC
 
 
 @pytest.fixture(autouse=True)
@@ -15,22 +18,30 @@ def private_progress(tmp_path, monkeypatch):
 
 
 def questions(notebook, kind=None):
-    return [q for _, qs in quiz.load_quiz(notebook).values() for q in qs if kind in (None, q.kind)]
+    return [q for q in quiz_schema.all_questions(notebook) if kind in (None, q.kind)]
 
 
-def choice(q, correct, day="2025-03-01", review_in=None):
-    attempt = {"notebook": q.notebook, "section": q.section, "question": q.id, "kind": "choice",
-               "response": 0, "correct": correct, "time": f"{day}T10:00:00"}
+def at(day, hour=10, minute=0):
+    return datetime.datetime.fromisoformat(f"{day}T{hour:02d}:{minute:02d}:00").replace(tzinfo=UTC)
+
+
+def judged(q, correct, when="2025-03-01", review_in=None, hour=10, minute=0):
+    attempt = {"notebook": q.notebook, "section": q.section, "question": q.id, "kind": q.kind,
+               "response": "x", "correct": correct, "time": at(when, hour, minute).isoformat()}
     return {**attempt, "review": review_in} if review_in else attempt
 
 
-def recall(q, rating, day="2025-03-01"):
+def rated(q, rating, when="2025-03-01", hour=10):
     return {"notebook": q.notebook, "section": q.section, "question": q.id, "kind": "recall",
-            "response": "my words", "rating": rating, "time": f"{day}T10:00:00"}
+            "response": "my words", "rating": rating, "time": at(when, hour).isoformat()}
 
 
 def keys(cards):
     return [(c.question.notebook, c.question.id) for c in cards]
+
+
+def card_of(q, attempts):
+    return next(c for c in review.cards([q.notebook], attempts) if c.question == q)
 
 
 def test_course_order_is_the_sorted_quiz_files():
@@ -43,10 +54,10 @@ def test_course_order_is_the_sorted_quiz_files():
 
 def test_without_history_the_concept_checks_come_first_latest_notebook_first():
     due = review.schedule("03_vjp", count=4)
-    expected = [quiz.load_quiz("02_micrograd")["concept_check"][1][0], quiz.load_quiz("01_chain_rule")["concept_check"][1][0],
-                quiz.load_quiz("02_micrograd")["concept_check"][1][1], quiz.load_quiz("01_chain_rule")["concept_check"][1][1]]
-    assert [c.question for c in due] == expected
-    assert all(c.note == "not answered yet" and c.box == 1 for c in due)
+    cc = {n: quiz.load_quiz(n)["concept_check"][1] for n in ("01_chain_rule", "02_micrograd")}
+    assert [c.question for c in due] == [cc["02_micrograd"][0], cc["01_chain_rule"][0],
+                                         cc["02_micrograd"][1], cc["01_chain_rule"][1]]
+    assert all(c.note == "not answered yet" and not c.seen for c in due)
     assert keys(review.schedule("03_vjp", count=4)) == keys(due)  # deterministic
 
 
@@ -60,64 +71,110 @@ def test_the_first_notebook_says_so_in_one_line(capsys, monkeypatch):
     assert shown == [] and review.schedule("01_chain_rule") == []
 
 
-def test_a_missed_question_comes_back_first_and_a_right_one_waits():
-    missed, right = questions("01_chain_rule", "choice")[-1], questions("01_chain_rule", "choice")[0]
-    due = review.schedule("02_micrograd", count=100, attempts=[choice(right, True), choice(missed, False)])
-    assert keys(due[:1]) == [("01_chain_rule", missed.id)]
-    assert due[0].note == "you missed it last time"
-    states = {c.question.id: c for c in due}
-    assert states[right.id].box == 2 and keys(due[-1:]) == [("01_chain_rule", right.id)]  # behind every new question
-    assert states[right.id].note == "box 2 of 5, last answered 2025-03-01"
+def test_a_missed_question_comes_back_after_ten_minutes_a_right_one_after_days():
+    missed, right = questions("01_chain_rule", "numeric")[:2]
+    history = [judged(right, True), judged(missed, False)]
+    five_minutes, later = at("2025-03-01", 10, 5), at("2025-03-01", 10, 11)
+    assert not card_of(missed, history).is_due(five_minutes) and card_of(missed, history).is_due(later)
+    assert keys(review.schedule("02_micrograd", count=1, attempts=history, now=later)) == [("01_chain_rule", missed.id)]
+    first = review.schedule("02_micrograd", count=1, attempts=history, now=later)[0]
+    assert first.note == "you missed it last time (2025-03-01)"
+    good = card_of(right, history)
+    assert good.due == at("2025-03-03")  # FSRS: a first "good" is due after 2 days
+    shown = keys(review.schedule("02_micrograd", count=100, attempts=history, now=later))
+    assert ("01_chain_rule", right.id) not in shown  # not due: not shown at all
+    assert ("01_chain_rule", right.id) in keys(review.schedule("02_micrograd", count=100, attempts=history,
+                                                              now=at("2025-03-03", 11)))
 
 
-def test_missed_questions_come_back_longest_unseen_first():
-    a, b, c = questions("01_chain_rule", "choice")[:3]
-    attempts = [choice(b, False, "2025-03-01"), choice(c, False, "2025-03-02"), choice(a, False, "2025-03-03")]
-    assert keys(review.schedule("02_micrograd", count=3, attempts=attempts)) == [
-        ("01_chain_rule", b.id), ("01_chain_rule", c.id), ("01_chain_rule", a.id)]
+def test_each_success_sends_a_question_away_for_longer():
+    q = questions("01_chain_rule", "numeric")[0]
+    history, intervals, when = [], [], at("2025-03-01")
+    for _ in range(4):
+        history.append({**judged(q, True), "time": when.isoformat()})
+        card = card_of(q, history)
+        intervals.append((card.due - when).days)
+        when = card.due
+    assert intervals[:3] == [2, 11, 46] and intervals[3] > intervals[2], intervals  # as review.py's docstring says
+    history.append({**judged(q, False), "time": when.isoformat()})  # a later miss: short again
+    assert card_of(q, history).due - when == datetime.timedelta(minutes=10)
 
 
-@pytest.mark.parametrize("rating, box", [(0, 1), (1, 1), (2, 2), (3, 3)])
-def test_recall_ratings_move_the_box(rating, box):
+@pytest.mark.parametrize("rating, due_after", [(0, datetime.timedelta(minutes=10)), (1, datetime.timedelta(minutes=15)),
+                                               (2, datetime.timedelta(days=2)), (3, datetime.timedelta(days=8))])
+def test_self_ratings_set_the_first_interval(rating, due_after):
     q = questions("01_chain_rule", "recall")[0]
-    (card,) = [c for c in review.cards(["01_chain_rule"], [recall(q, rating)]) if c.question == q]
-    assert card.box == box
+    card = card_of(q, [rated(q, rating)])
+    assert card.due - at("2025-03-01") == due_after
     if rating <= 1:
-        assert card.note == f"you rated it '{quiz.RATINGS[rating]}' last time"
+        assert card.note == f"you rated it '{quiz.RATINGS[rating]}' last time (2025-03-01)"
 
 
-def test_one_move_per_sitting_first_choice_answer_last_rating():
-    q, r = questions("01_chain_rule", "choice")[0], questions("01_chain_rule", "recall")[0]
-    same_day = [choice(q, False), choice(q, True), recall(r, 0), recall(r, 2)]
-    cards = {c.question.id: c for c in review.cards(["01_chain_rule"], same_day)}
-    assert cards[q.id].box == 1 and cards[q.id].last_outcome == "wrong"  # the second pick read the feedback
-    assert cards[r.id].box == 2  # the corrected rating counts
-    next_day = [choice(q, False), choice(q, True, day="2025-03-02")]
-    assert {c.question.id: c.box for c in review.cards(["01_chain_rule"], next_day)}[q.id] == 2
-    in_a_review = [choice(q, False), choice(q, True, review_in="02_micrograd")]  # same day, another notebook
-    assert {c.question.id: c.box for c in review.cards(["01_chain_rule"], in_a_review)}[q.id] == 2
+def test_one_grade_per_sitting_first_judged_answer_last_rating():
+    q, r = questions("01_chain_rule", "numeric")[0], questions("01_chain_rule", "recall")[0]
+    same_sitting = [judged(q, False), judged(q, True, minute=1), rated(r, 0), rated(r, 2, hour=11)]
+    assert card_of(q, same_sitting).last_outcome == "wrong" and card_of(q, same_sitting).grades == 1
+    assert card_of(r, same_sitting).last_outcome == "good"  # the corrected rating counts
+    in_a_review = [judged(q, False), judged(q, True, review_in="02_micrograd", hour=11)]  # same day, another notebook
+    assert card_of(q, in_a_review).grades == 2 and card_of(q, in_a_review).last_outcome == "right"
 
 
-def test_boxes_stop_at_the_top_and_a_miss_goes_back_to_one():
-    q = questions("01_chain_rule", "choice")[0]
-    days = [f"2025-03-{d:02d}" for d in range(1, 9)]
-    climbing = [choice(q, True, day) for day in days]
-    assert {c.question.id: c.box for c in review.cards(["01_chain_rule"], climbing)}[q.id] == review.BOXES
-    fallen = climbing + [choice(q, False, "2025-03-09")]
-    assert {c.question.id: c.box for c in review.cards(["01_chain_rule"], fallen)}[q.id] == 1
+def test_due_questions_come_first_least_likely_recalled_first_taking_turns_between_notebooks():
+    a, b = questions("01_chain_rule", "numeric")[:2]
+    c = questions("02_micrograd", "numeric")[0]
+    history = [judged(a, True, "2025-03-01"), judged(b, False, "2025-03-05"), judged(c, False, "2025-03-05"),
+               judged(a, False, "2025-03-05", review_in="02_micrograd")]  # a: right, then missed in a review
+    now = at("2025-03-05", 12)
+    due = review.schedule("03_vjp", count=3, attempts=history, now=now)
+    assert {c.question.notebook for c in due[:2]} == {"01_chain_rule", "02_micrograd"}  # the notebooks take turns
+    chances = [c.recall_chance(now) for c in review.rank_due(review.cards(["01_chain_rule"], history), now)]
+    assert chances == sorted(chances) and len(chances) == 2
+    assert all(c.seen for c in due)  # three due questions, before any new one
+
+
+def test_new_questions_fill_the_review_after_the_due_ones():
+    q = questions("01_chain_rule", "numeric")[0]
+    history = [judged(q, False)]
+    shown = review.schedule("02_micrograd", count=5, attempts=history, now=at("2025-03-01", 12))
+    assert keys(shown[:1]) == [("01_chain_rule", q.id)] and not any(c.seen for c in shown[1:])
+    assert len(shown) == 5
+
+
+def test_files_of_the_first_format_still_count(private_progress):
+    """Choice answers saved by position (the first format) grade their question by right or wrong."""
+    q = questions("01_chain_rule", "numeric")[0]  # a question that was a choice question then
+    old = {"version": 1, "attempts": [{"notebook": "01_chain_rule", "section": "predict", "question": q.id,
+                                       "kind": "choice", "response": 0, "correct": True,
+                                       "time": "2025-03-01T10:00:00"}]}
+    private_progress.write_text(json.dumps(old, indent=1))
+    card = card_of(q, None)
+    assert card.seen and card.last_outcome == "right" and card.grades == 1
+    local = datetime.datetime.fromisoformat("2025-03-01T10:00:00").astimezone(UTC)  # no offset: local time
+    assert card.memory.last_review == local
 
 
 def test_a_hand_edited_file_does_not_break_the_schedule():
-    q = questions("01_chain_rule", "choice")[0]
-    junk = ["text", None, {"notebook": q.notebook}, {**choice(q, True), "correct": "yes"},
-            {**recall(questions("01_chain_rule", "recall")[0], 2), "rating": True},
-            {**choice(q, False), "question": "no-such-question"}, {**choice(q, False), "kind": "recall"}]
-    assert keys(review.schedule("02_micrograd", count=3, attempts=junk)) == keys(review.schedule("02_micrograd", count=3))
+    q = questions("01_chain_rule", "numeric")[0]
+    junk = ["text", None, {"notebook": q.notebook}, {**judged(q, True), "correct": "yes"},
+            {**rated(questions("01_chain_rule", "recall")[0], 2), "rating": True},
+            {**judged(q, False), "question": "no-such-question"}, {**judged(q, False), "time": "yesterday"}]
+    clean = review.schedule("02_micrograd", count=3)
+    assert keys(review.schedule("02_micrograd", count=3, attempts=junk)) == keys(clean)
 
 
 def test_count_must_be_a_positive_whole_number():
-    with pytest.raises(ValueError, match="whole number"):
-        review.schedule("02_micrograd", count=0)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="whole number"):
+            review.schedule("02_micrograd", count=bad)
+
+
+def test_the_summary_says_how_many_are_due():
+    a, b = questions("01_chain_rule", "numeric")[:2]
+    history = [judged(a, True), judged(b, False)]
+    text = review.summary("02_micrograd", attempts=history, now=at("2025-03-01", 12))
+    total = len(quiz_schema.all_questions("01_chain_rule"))
+    assert text.startswith("**1 question due**") and f"{total - 2} never answered" in text
+    assert "next one not yet due comes back on 2025-03-03" in text
 
 
 @pytest.mark.parametrize("plain", [True, False])
@@ -128,25 +185,36 @@ def test_review_shows_the_scheduled_questions(plain, monkeypatch):
     if plain:
         monkeypatch.setenv(quiz.PLAIN_ENV_VAR, "1")
     review.show("03_vjp", count=3)
-    assert len(shown) == 4 and "Review: 3 questions" in shown[0].data
+    assert len(shown) == 4 and "Review: 3 questions" in shown[0].data and "0 questions due" in shown[0].data
     due = review.schedule("03_vjp", count=3)
     if plain:
-        assert f"answer({due[0].question.notebook!r}, {due[0].question.id!r}, 'a', review='03_vjp')" in shown[1].data
+        assert f"answer({due[0].question.notebook!r}, {due[0].question.id!r}, " in shown[1].data
+        assert "review='03_vjp'" in shown[1].data
         assert f"from {due[0].question.notebook}: not answered yet" in shown[1].data
 
 
+def test_nothing_due_and_nothing_new_says_so(monkeypatch, capsys):
+    everything = quiz_schema.all_questions("01_chain_rule")
+    history = [judged(q, True) if q.kind != "recall" else rated(q, 3) for q in everything]
+    monkeypatch.setattr(progress_file, "load", lambda: {"learner": None, "attempts": history, "tests": []})
+    shown = []
+    monkeypatch.setattr(review, "display", shown.append)
+    monkeypatch.setattr(review, "_now", lambda now: at("2025-03-01", 12))
+    review.show("02_micrograd")
+    assert "Review: 0 questions" in shown[0].data and "Nothing is due now" in capsys.readouterr().out
+
+
 def test_review_answers_are_saved_as_reviews_and_reschedule(private_progress, capsys):
-    missed = review.schedule("03_vjp", count=1)[0].question
-    right = next(i for i, c in enumerate(missed.choices) if c.get("correct"))
-    quiz.answer(missed.notebook, missed.id, "abcdefgh"[(right + 1) % len(missed.choices)], review="03_vjp")
-    assert capsys.readouterr().out.startswith("Not quite.")
-    (saved,) = json.loads(private_progress.read_text())["attempts"]
+    missed = next(c.question for c in review.schedule("03_vjp", count=20) if c.question.kind == "numeric")
+    quiz.answer(missed.notebook, missed.id, "123456789", review="03_vjp")
+    assert capsys.readouterr().out.startswith("Not quite")
+    (saved,) = progress_file.attempts()
     assert (saved["notebook"], saved["question"], saved["review"], saved["correct"]) == (
         missed.notebook, missed.id, "03_vjp", False)
-    # a later notebook's review now puts it first, as missed
-    first = review.schedule("04_toggles", count=1)[0]
-    assert (first.question, first.note) == (missed, "you missed it last time")
-    assert progress.attempts(missed.notebook)[0]["review"] == "03_vjp"
+    # ten minutes later, a later notebook's review puts it first, as missed
+    later = datetime.datetime.now(UTC) + datetime.timedelta(minutes=11)
+    first = review.schedule("04_toggles", count=1, now=later)[0]
+    assert first.question == missed and first.note.startswith("you missed it last time")
 
 
 def test_review_recall_answers_in_plain_text(capsys):
@@ -154,5 +222,5 @@ def test_review_recall_answers_in_plain_text(capsys):
     quiz.answer(q.notebook, q.id, "my words", review="02_micrograd")
     assert "review='02_micrograd'" in capsys.readouterr().out
     quiz.rate(q.notebook, q.id, "my words", 1, review="02_micrograd")
-    (saved,) = progress.attempts(q.notebook)
+    (saved,) = progress_file.attempts(q.notebook)
     assert (saved["rating"], saved["review"]) == (1, "02_micrograd")

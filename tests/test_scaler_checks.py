@@ -9,8 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import GradingError, loss_scaling
+from autograder.checks import GradingError
 from autograder.checks.loss_scaling import GradientStream
+from autograder.checks.loss_scaling import fp16_gradients as fg
+from autograder.checks.loss_scaling import scaler_runs as sr
+from autograder.checks.loss_scaling import underflow as uf
+from autograder.grader.keys import answer_key
+
+KEY = answer_key("05_loss_scaling")
 
 
 # --- small implementations the checks are tried on ---------------------------------------------------
@@ -128,39 +134,62 @@ def message(excinfo):
 
 # --- underflow_fraction ------------------------------------------------------------------------------
 def test_smallest_subnormal_of_each_format():
-    assert loss_scaling.smallest_subnormal(torch.float16) == 2.0 ** -24
-    assert loss_scaling.smallest_subnormal(torch.bfloat16) == 2.0 ** -133
-    assert loss_scaling.smallest_subnormal(torch.float32) == 2.0 ** -149
+    assert uf.smallest_subnormal(torch.float16) == 2.0 ** -24
+    assert uf.smallest_subnormal(torch.bfloat16) == 2.0 ** -133
+    assert uf.smallest_subnormal(torch.float32) == 2.0 ** -149
 
 
-def test_underflow_reference_on_the_exercise_example_and_empty_inputs():
-    assert loss_scaling.underflow_reference(torch.tensor([1e-8, -1e-8, 1e-6, 0.0, 1.0])) == 0.5
-    assert loss_scaling.underflow_reference(torch.zeros(3)) == 0.0
-    assert loss_scaling.underflow_reference(torch.zeros(0)) == 0.0
+def test_the_key_on_the_exercise_example_the_stated_edges_and_empty_inputs():
+    fp16 = torch.float16
+    assert KEY.underflow_fraction(torch.tensor([1e-8, -1e-8, 1e-6, 0.0, 1.0]), fp16) == 0.5
+    assert KEY.underflow_fraction(torch.zeros(3), fp16) == 0.0
+    assert KEY.underflow_fraction(torch.zeros(0), fp16) == 0.0
     # ties at half the smallest subnormal round to even, which is 0
-    assert loss_scaling.underflow_reference(torch.tensor([2.0 ** -25, 2.0 ** -25 * (1 + 2 ** -10)])) == 0.5
+    assert KEY.underflow_fraction(torch.tensor([2.0 ** -25, 2.0 ** -25 * (1 + 2 ** -10)]), fp16) == 0.5
+    # the share the visible edge test states: 4 of the 15 non-zero edge values become 0
+    assert KEY.underflow_fraction(uf.edge_values(fp16, torch.float32), fp16) == 4 / 15
+
+
+def test_check_underflow_fraction_takes_a_stated_share_or_a_reference_not_both():
+    t = torch.tensor([1e-8, 1.0])
+    uf.check_underflow_fraction("u", underflow_ok, t, expected=0.5)
+    with pytest.raises(GradingError, match="expected 0.25"):
+        uf.check_underflow_fraction("u", underflow_ok, t, expected=0.25)
+    for both_or_none in (dict(), dict(expected=0.5, reference=KEY.underflow_fraction)):
+        with pytest.raises(TypeError, match="not both"):
+            uf.check_underflow_fraction("u", underflow_ok, t, **both_or_none)
+
+
+def test_an_answer_that_calls_the_key_is_refused():
+    with pytest.raises(GradingError, match="called the course's answer key"):
+        uf.check_underflow_fraction("u", lambda t, dtype=torch.float16: KEY.underflow_fraction(t, dtype),
+                                    torch.tensor([1e-8, 1.0]), expected=0.5)
 
 
 def test_check_underflow_fraction_accepts_a_correct_answer_on_edges():
-    for target, source in [(torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float64)]:
-        loss_scaling.check_underflow_fraction("u", underflow_ok, loss_scaling.edge_values(target, source), target)
+    for target, source in [(torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+                           (torch.float32, torch.float64)]:
+        uf.check_underflow_fraction("u", underflow_ok, uf.edge_values(target, source), target,
+                                    reference=KEY.underflow_fraction)
 
 
 def test_check_underflow_fraction_explains_a_wrong_denominator():
     with pytest.raises(GradingError) as excinfo:
-        loss_scaling.check_underflow_fraction("u", underflow_all_entries, torch.tensor([1e-8, 0.0, 0.0, 1.0]))
+        uf.check_underflow_fraction("u", underflow_all_entries, torch.tensor([1e-8, 0.0, 0.0, 1.0]),
+                                    reference=KEY.underflow_fraction)
     text = message(excinfo)
     assert "expected 0.5" in text and "2 zero (left out)" in text and "1 of the non-zero ones become exactly 0" in text
 
 
 def test_check_underflow_fraction_wants_a_python_float():
     with pytest.raises(GradingError, match="should return a Python float"):
-        loss_scaling.check_underflow_fraction("u", lambda t, dtype=None: torch.tensor(0.5), torch.tensor([1e-8, 1.0]))
+        uf.check_underflow_fraction("u", lambda t, dtype=None: torch.tensor(0.5), torch.tensor([1e-8, 1.0]),
+                                    expected=0.5)
 
 
 def test_log_uniform_is_seeded_and_spread():
-    a = loss_scaling.log_uniform(1000, seed=3, low=1e-10, high=1e-2, zeros=0.2, device="cpu")
-    b = loss_scaling.log_uniform(1000, seed=3, low=1e-10, high=1e-2, zeros=0.2, device="cpu")
+    a = uf.log_uniform(1000, seed=3, low=1e-10, high=1e-2, zeros=0.2, device="cpu")
+    b = uf.log_uniform(1000, seed=3, low=1e-10, high=1e-2, zeros=0.2, device="cpu")
     assert torch.equal(a, b)
     nonzero = a[a != 0].abs().double()
     assert 0.1 < (a == 0).float().mean().item() < 0.3
@@ -170,15 +199,15 @@ def test_log_uniform_is_seeded_and_spread():
 # --- scaled_fp16_grads -------------------------------------------------------------------------------
 @pytest.fixture()
 def small_problem():
-    model = loss_scaling.mlp((6, 16, 8), seed=10, device="cpu")
+    model = fg.float32_mlp((6, 16, 8), seed=10, device="cpu")
     x = torch.randn(32, 6, generator=torch.Generator().manual_seed(1))
     y = torch.randn(32, 8, generator=torch.Generator().manual_seed(2))
-    return model, loss_scaling.small_mse(20), x, y
+    return model, fg.small_mse(20), x, y
 
 
-def test_reference_grads_are_float64_autograd(small_problem):
+def test_float64_grads_are_float64_autograd(small_problem):
     model, loss_fn, x, y = small_problem
-    ref = loss_scaling.reference_grads(model, loss_fn, x, y)
+    ref = fg.float64_grads(model, loss_fn, x, y)
     assert all(g.dtype == torch.float64 for g in ref)
     loss = loss_fn(model(x), y)
     for r, g in zip(ref, torch.autograd.grad(loss, list(model.parameters()))):
@@ -186,12 +215,16 @@ def test_reference_grads_are_float64_autograd(small_problem):
 
 
 def test_scaled_fp16_grads_check_accepts_and_shows_the_gap(small_problem, capsys):
-    assert loss_scaling.check_scaled_fp16_grads("g", grads_ok, *small_problem, scales=[2.0 ** 12, 2.0 ** 14],
-                                                 tolerance=0.02, show=True) is None
+    assert fg.check_scaled_fp16_grads("g", grads_ok, *small_problem, scales=[2.0 ** 12, 2.0 ** 14], tolerance=0.02,
+                                      plain_fp16=KEY.scaled_fp16_grads, show=True) is None
     printed = capsys.readouterr().out
     values = [float(part.rsplit(": ", 1)[1]) for part in printed.split(": ", 1)[1].strip().split("; ")]
     assert "plain fp16" in printed and values[0] >= 0.5 and all(v < 0.02 for v in values[1:])
-    assert loss_scaling.check_shows_fp16("g", grads_ok, *small_problem) is None
+    assert fg.check_shows_fp16("g", grads_ok, *small_problem, plain_fp16=KEY.scaled_fp16_grads) is None
+    # without the key (a visible test) only the answer's own errors are shown
+    fg.check_scaled_fp16_grads("g", grads_ok, *small_problem, scales=[2.0 ** 12], tolerance=0.02, show=True)
+    printed = capsys.readouterr().out
+    assert "plain fp16" not in printed and "yours, scale 4096" in printed
 
 
 @pytest.mark.parametrize("fn, words", [
@@ -201,14 +234,14 @@ def test_scaled_fp16_grads_check_accepts_and_shows_the_gap(small_problem, capsys
 ])
 def test_scaled_fp16_grads_check_names_the_bug(small_problem, fn, words):
     with pytest.raises(GradingError) as excinfo:
-        loss_scaling.check_scaled_fp16_grads("g", fn, *small_problem, scales=[2.0 ** 12], tolerance=0.02)
+        fg.check_scaled_fp16_grads("g", fn, *small_problem, scales=[2.0 ** 12], tolerance=0.02)
     assert words in message(excinfo)
 
 
 def test_a_float32_answer_fails_the_fp16_check(small_problem):
-    loss_scaling.check_scaled_fp16_grads("g", grads_in_fp32, *small_problem, scales=[2.0 ** 12], tolerance=0.02)
+    fg.check_scaled_fp16_grads("g", grads_in_fp32, *small_problem, scales=[2.0 ** 12], tolerance=0.02)
     with pytest.raises(GradingError, match="as accurate as float32"):
-        loss_scaling.check_shows_fp16("g", grads_in_fp32, *small_problem)
+        fg.check_shows_fp16("g", grads_in_fp32, *small_problem, plain_fp16=KEY.scaled_fp16_grads)
 
 
 def test_existing_grad_of_the_caller_is_protected(small_problem):
@@ -221,15 +254,18 @@ def test_existing_grad_of_the_caller_is_protected(small_problem):
         next(model.parameters()).grad.zero_()
         return grads
 
-    loss_scaling.check_scaled_fp16_grads("g", grads_ok, model, loss_fn, x, y, scales=[2.0 ** 12], tolerance=0.02)
+    fg.check_scaled_fp16_grads("g", grads_ok, model, loss_fn, x, y, scales=[2.0 ** 12], tolerance=0.02)
     with pytest.raises(GradingError, match="changed .grad"):
-        loss_scaling.check_scaled_fp16_grads("g", touches_grad, model, loss_fn, x, y, scales=[2.0 ** 12], tolerance=0.02)
+        fg.check_scaled_fp16_grads("g", touches_grad, model, loss_fn, x, y, scales=[2.0 ** 12], tolerance=0.02)
 
 
 def test_too_easy_inputs_are_a_grader_error(small_problem):
     model, _, x, y = small_problem
     with pytest.raises(RuntimeError, match="too easy"):
-        loss_scaling.check_scaled_fp16_grads("g", grads_ok, model, F.mse_loss, x, y, scales=[2.0 ** 12])
+        fg.check_scaled_fp16_grads("g", grads_ok, model, F.mse_loss, x, y, scales=[2.0 ** 12],
+                                   plain_fp16=KEY.scaled_fp16_grads)
+    with pytest.raises(RuntimeError, match="too easy"):
+        fg.check_shows_fp16("g", grads_ok, model, F.mse_loss, x, y, plain_fp16=KEY.scaled_fp16_grads)
 
 
 # --- DynamicLossScaler ---------------------------------------------------------------------------------
@@ -254,7 +290,8 @@ def test_stream_coefficients_hold_what_the_pattern_says():
 
 STREAMS = [
     (GradientStream("mixed", "..+....N.-......", seed=1), dict(init_scale=1024.0, growth_interval=3)),
-    (GradientStream("sawtooth", "B" * 30, seed=2, overflow_from=2.0 ** 10), dict(init_scale=2.0 ** 14, growth_interval=3)),
+    (GradientStream("sawtooth", "B" * 30, seed=2, overflow_from=2.0 ** 10),
+     dict(init_scale=2.0 ** 14, growth_interval=3)),
     (GradientStream("factors", ".N...+....", seed=3), dict(init_scale=100.0, growth_factor=3.0, backoff_factor=0.3,
                                                              growth_interval=2)),
     (GradientStream("huge", "..S..", seed=4), dict(init_scale=1.0, growth_interval=50)),
@@ -264,22 +301,22 @@ STREAMS = [
 @pytest.mark.parametrize("stream, settings", STREAMS, ids=[s.name for s, _ in STREAMS])
 @pytest.mark.parametrize("unscale_first", [False, True])
 def test_a_correct_scaler_matches_gradscaler(stream, settings, unscale_first):
-    reference, got = loss_scaling.side_by_side("s", Scaler, stream, unscale_first=unscale_first,
+    reference, got = sr.side_by_side("s", Scaler, stream, unscale_first=unscale_first,
                                                 clip=1.0 if unscale_first else None, **settings)
-    assert loss_scaling.check_against_gradscaler("s", Scaler, stream, **settings) is None
+    assert sr.check_against_gradscaler("s", Scaler, stream, **settings) is None
     assert len(reference) == len(got) == len(stream.pattern)
     assert [r.stepped for r in reference] == [g.stepped for g in got]
 
 
 def test_the_sawtooth_really_overflows_and_grows():
-    reference, _ = loss_scaling.side_by_side("s", Scaler, *STREAMS[1][:1], **STREAMS[1][1])
+    reference, _ = sr.side_by_side("s", Scaler, *STREAMS[1][:1], **STREAMS[1][1])
     scales = [r.scale_after for r in reference]
     assert not all(r.stepped for r in reference) and max(scales[10:]) > min(scales[10:])
 
 
 def test_a_wrong_scaler_is_named_at_its_first_wrong_step():
     with pytest.raises(GradingError) as excinfo:
-        loss_scaling.check_against_gradscaler("DynamicLossScaler", GrowsEveryStep, *STREAMS[0][:1], **STREAMS[0][1])
+        sr.check_against_gradscaler("DynamicLossScaler", GrowsEveryStep, *STREAMS[0][:1], **STREAMS[0][1])
     text = message(excinfo)
     assert "at step 0" in text and "after update() the scale is 2048.0, GradScaler's is 1024.0" in text
     assert "step  grads | GradScaler" in text
@@ -287,9 +324,9 @@ def test_a_wrong_scaler_is_named_at_its_first_wrong_step():
 
 def test_unscaling_twice_and_stepping_on_nan_are_explained():
     with pytest.raises(GradingError, match="not divided by the scale exactly once"):
-        loss_scaling.check_against_gradscaler("s", UnscalesTwice, STREAMS[0][0], unscale_first=True, **STREAMS[0][1])
+        sr.check_against_gradscaler("s", UnscalesTwice, STREAMS[0][0], unscale_first=True, **STREAMS[0][1])
     with pytest.raises(GradingError, match="GradScaler skipped this step"):
-        loss_scaling.check_against_gradscaler("s", StepsOnNaN, *STREAMS[0][:1], **STREAMS[0][1])
+        sr.check_against_gradscaler("s", StepsOnNaN, *STREAMS[0][:1], **STREAMS[0][1])
 
 
 def test_long_histories_are_cut_to_the_last_rows():
@@ -301,7 +338,7 @@ def test_long_histories_are_cut_to_the_last_rows():
             self.bad = False
 
     with pytest.raises(GradingError) as excinfo:
-        loss_scaling.check_against_gradscaler("s", MissesNaN, stream, init_scale=8.0, growth_interval=100)
+        sr.check_against_gradscaler("s", MissesNaN, stream, init_scale=8.0, growth_interval=100)
     assert "earlier steps agree" in message(excinfo) and "at step 30" in message(excinfo)
 
 
@@ -312,9 +349,9 @@ def test_gradscaler_itself_is_refused_however_it_is_reached():
 
     profile = sys.getprofile()
     with pytest.raises(GradingError, match="called torch.amp.grad_scaler.GradScaler"):
-        loss_scaling.check_against_gradscaler("s", Subclass, *STREAMS[0][:1], **STREAMS[0][1])
+        sr.check_against_gradscaler("s", Subclass, *STREAMS[0][:1], **STREAMS[0][1])
     with pytest.raises(GradingError, match="_amp_update_scale_"):
-        loss_scaling.check_against_gradscaler("s", KernelUser, *STREAMS[0][:1], **STREAMS[0][1])
+        sr.check_against_gradscaler("s", KernelUser, *STREAMS[0][:1], **STREAMS[0][1])
     assert sys.getprofile() is profile
 
 
@@ -324,19 +361,19 @@ def test_errors_in_the_learner_methods_name_the_call_and_step():
             raise ValueError("oops")
 
     with pytest.raises(GradingError, match=r"at step 0, update\(\) raised ValueError: oops"):
-        loss_scaling.check_against_gradscaler("s", Broken, *STREAMS[0][:1], **STREAMS[0][1])
+        sr.check_against_gradscaler("s", Broken, *STREAMS[0][:1], **STREAMS[0][1])
 
 
 def test_check_defaults():
-    loss_scaling.check_defaults("s", Scaler)
+    sr.check_defaults("s", Scaler)
 
     class Keywords(Scaler):
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
 
-    loss_scaling.check_defaults("s", Keywords)  # declares nothing: left to the behaviour checks
+    sr.check_defaults("s", Keywords)  # declares nothing: left to the behaviour checks
     with pytest.raises(GradingError, match="default of growth_interval is 100"):
-        loss_scaling.check_defaults("s", OtherDefault)
+        sr.check_defaults("s", OtherDefault)
 
 
 # --- trusted grading: the learner's code runs in a driver, the comparisons here ------------------------
@@ -360,15 +397,16 @@ def run_trusted(source, implementation, kernel=mutation.Loopback):
 
 SCALED_CELL = """
 import torch
-from autograder.checks import loss_scaling as sc
-net = sc.mlp((6, 16, 8), seed=10, device="cpu")
+from autograder.checks.loss_scaling import fp16_gradients as fg, scaler_runs as sr
+net = fg.float32_mlp((6, 16, 8), seed=10, device="cpu")
 for i, p in enumerate(net.parameters()):
     p.grad = torch.full_like(p, float(i + 1))
 held = [p.grad.clone() for p in net.parameters()]
 x = torch.randn(32, 6, generator=torch.Generator().manual_seed(1))
 y = torch.randn(32, 8, generator=torch.Generator().manual_seed(2))
-sc.check_scaled_fp16_grads("g", g, net, sc.small_mse(20), x, y, scales=[2.0 ** 12, 2.0 ** 14], tolerance=0.02)
-sc.check_shows_fp16("g", g, net, sc.small_mse(20), x, y)
+fg.check_scaled_fp16_grads("g", g, net, fg.small_mse(20), x, y, scales=[2.0 ** 12, 2.0 ** 14], tolerance=0.02)
+from autograder.grader.keys import answer_key
+fg.check_shows_fp16("g", g, net, fg.small_mse(20), x, y, plain_fp16=answer_key("05_loss_scaling").scaled_fp16_grads)
 # the grader's model is as it was: its .grad kept (a pickled module travels without it), float32
 assert all(torch.equal(p.grad, h) and p.dtype == torch.float32 for p, h in zip(net.parameters(), held)), "model changed"
 """
@@ -404,10 +442,10 @@ def test_trusted_scaled_fp16_grads_judges_the_callers_model_as_the_call_left_it(
 
 
 SCALER_CELL = """
-from autograder.checks import loss_scaling as sc
-stream = sc.GradientStream("mixed", "..+....N.-......", seed=1)
-sc.check_defaults("g", g)
-reference, got = sc.side_by_side("g", g, stream, unscale_first=True, clip=1.0, init_scale=1024.0, growth_interval=3)
+from autograder.checks.loss_scaling import fp16_gradients as fg, scaler_runs as sr
+stream = sr.GradientStream("mixed", "..+....N.-......", seed=1)
+sr.check_defaults("g", g)
+reference, got = sr.side_by_side("g", g, stream, unscale_first=True, clip=1.0, init_scale=1024.0, growth_interval=3)
 assert [r.stepped for r in reference] == [r.stepped for r in got] and got[3].grads is not None
 """
 
@@ -435,11 +473,11 @@ def test_trusted_scaler_checks_drive_the_class_in_the_kernel_and_compare_here(im
 def test_trusted_scaler_check_gives_the_plain_message():
     stream, settings = STREAMS[0]
     with pytest.raises(GradingError) as plain:
-        loss_scaling.check_against_gradscaler("g", GrowsEveryStep, stream, **settings)
+        sr.check_against_gradscaler("g", GrowsEveryStep, stream, **settings)
     cell = f"""
-from autograder.checks import loss_scaling as sc
-stream = sc.GradientStream({stream.name!r}, {stream.pattern!r}, seed={stream.seed})
-sc.check_against_gradscaler("g", g, stream, **{settings!r})
+from autograder.checks.loss_scaling import fp16_gradients as fg, scaler_runs as sr
+stream = sr.GradientStream({stream.name!r}, {stream.pattern!r}, seed={stream.seed})
+sr.check_against_gradscaler("g", g, stream, **{settings!r})
 """
     err = run_trusted(cell, GrowsEveryStep)
     assert isinstance(err, GradingError) and str(err) == message(plain)
@@ -450,7 +488,7 @@ def test_trusted_scaler_check_compares_what_comes_back_with_gradscaler_here():
     class Forging(mutation.Loopback):
         def call(self, exercise, fn, args, options):
             answer = super().call(exercise, fn, args, options)
-            if isinstance(answer, loss_scaling.LearnerRun):
+            if isinstance(answer, sr.LearnerRun):
                 answer.records[2].stepped, answer.records[2].returned = 1, True  # GradScaler skips step 2's inf
             return answer
 

@@ -1,5 +1,9 @@
-"""autograder.checks.toggles: correct answers pass, the classic slips fail with a message that names them."""
+"""autograder.checks.toggles: correct answers pass, the classic slips fail with a message that names them.
+
+Hidden tests pass the course's answer key (solutions/04_toggles/answer_key.py) into the checks whose only
+reference is an answer; the visible tests' literal cases are checked here against that key too."""
 import collections
+import dataclasses
 import math
 from unittest import mock
 
@@ -9,8 +13,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import GradingError, boundary
-from autograder.checks import toggles as tc
+from autograder.checks import GradingError, boundary, toggles
+from autograder.checks.toggles import (
+    accumulation,
+    cases,
+    distillation,
+    freezing,
+    graph_walk,
+    models,
+    per_loss,
+    prediction,
+    training_step,
+)
+from autograder.grader.keys import answer_key
+
+KEY = answer_key("04_toggles")
 
 
 # --- correct answers, written independently of the notebook's solutions ------------------------
@@ -42,7 +59,7 @@ def distill(s, t, T=2.0):
     return F.kl_div(F.log_softmax(s / T, dim=-1), p_t, reduction="batchmean") * T * T
 
 
-def per_loss(losses, params):
+def per_loss_ok(losses, params):
     return [tuple(torch.autograd.grad(loss, params, retain_graph=True, materialize_grads=True)) for loss in losses]
 
 
@@ -67,33 +84,50 @@ def predict(model, x):
         return model(x)
 
 
+# what the visible tests of the notebook state (each checked against the answer key below)
+EXAMPLE_PER_LOSS = [([3.0, 3.0], [3.0]), ([18.0, 36.0], [30.0]), ([2.0, 4.0], [0.0])]
+EXAMPLE_STEP = dict(max_norm=0.5, loss=12.3125, weight=[[0.469259180084936, -0.9606133244838243]],
+                    bias=[0.2480786987553085])
+
+
 # --- grad_fn_names -------------------------------------------------------------------------------
-def test_reference_walk_is_breadth_first_and_visits_each_node_once():
+def test_the_key_walks_breadth_first_and_visits_each_node_once():
     x = torch.ones(3, dtype=torch.float64, requires_grad=True)
     w = torch.ones(3, dtype=torch.float64, requires_grad=True)
     h = x * w
-    assert tc.reference_grad_fn_names((x * 2).sum()) == ["SumBackward0", "MulBackward0", "AccumulateGrad"]
-    assert tc.reference_grad_fn_names(h.sum() + h.mean()) == [
+    assert KEY.grad_fn_names((x * 2).sum()) == ["SumBackward0", "MulBackward0", "AccumulateGrad"]
+    assert KEY.grad_fn_names(h.sum() + h.mean()) == [
         "AddBackward0", "SumBackward0", "MeanBackward0", "MulBackward0", "AccumulateGrad", "AccumulateGrad"]
-    assert tc.reference_grad_fn_names(x) == [] and tc.reference_grad_fn_names(torch.ones(2) * 2) == []
+    assert KEY.grad_fn_names(x) == [] and KEY.grad_fn_names(torch.ones(2) * 2) == []
 
 
-def test_sample_graphs_are_deterministic_and_pass_a_correct_walk():
-    graphs = tc.sample_graphs(seed=1)
-    assert [w for w, _ in graphs] == [w for w, _ in tc.sample_graphs(seed=1)]
-    tc.check_grad_fn_names("grad_fn_names", names_bfs, graphs)
+def test_autograd_graphs_are_deterministic_and_pass_a_correct_walk():
+    graphs = graph_walk.autograd_graphs(seed=1)
+    assert [w for w, _ in graphs] == [w for w, _ in graph_walk.autograd_graphs(seed=1)]
+    graph_walk.check_grad_fn_names("grad_fn_names", names_bfs, graphs, KEY.grad_fn_names)
     build_ladder = next(build for what, build in graphs if "60 steps" in what)
-    assert len(tc.reference_grad_fn_names(build_ladder())) == 182
-    again = dict(tc.sample_graphs(seed=1))  # a builder makes the same graph, with the same values, every time
+    assert len(KEY.grad_fn_names(build_ladder())) == 182
+    again = dict(graph_walk.autograd_graphs(seed=1))  # a builder makes the same graph, with the same values, every time
     for what, build in graphs:
-        assert tc.reference_grad_fn_names(build()) == tc.reference_grad_fn_names(again[what]())
+        assert KEY.grad_fn_names(build()) == KEY.grad_fn_names(again[what]())
         assert torch.equal(build().detach(), again[what]().detach())
 
 
-def test_grad_fn_names_wants_builders_not_graphs():
+def test_grad_fn_names_wants_builders_and_expected_names():
     x = torch.ones(3, requires_grad=True)
     with pytest.raises(TypeError, match="function that builds it"):
-        tc.check_grad_fn_names("grad_fn_names", names_bfs, [("(x * 2).sum()", (x * 2).sum())])
+        graph_walk.check_grad_fn_names("grad_fn_names", names_bfs, [("(x * 2).sum()", (x * 2).sum())],
+                                       KEY.grad_fn_names)
+    with pytest.raises(TypeError, match="no expected names"):
+        graph_walk.check_grad_fn_names("grad_fn_names", names_bfs, [("(x * 2).sum()", lambda: (x * 2).sum())])
+
+
+def test_stated_names_are_checked_like_the_reference():
+    x = torch.ones(3, requires_grad=True)
+    stated = [("(x * 2).sum()", lambda: (x * 2).sum(), ["SumBackward0", "MulBackward0", "AccumulateGrad"])]
+    graph_walk.check_grad_fn_names("grad_fn_names", names_bfs, stated)
+    with pytest.raises(GradingError, match="AccumulateGrad nodes"):
+        graph_walk.check_grad_fn_names("grad_fn_names", lambda t: names_bfs(t)[:-1], stated)
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -105,8 +139,14 @@ def test_grad_fn_names_wants_builders_not_graphs():
 ])
 def test_grad_fn_names_slips_are_named(wrong, hint):
     with pytest.raises(GradingError, match="hint") as caught:
-        tc.check_grad_fn_names("grad_fn_names", wrong, tc.sample_graphs(seed=2))
+        graph_walk.check_grad_fn_names("grad_fn_names", wrong, graph_walk.autograd_graphs(seed=2), KEY.grad_fn_names)
     assert hint in str(caught.value)
+
+
+def test_an_answer_that_calls_the_key_is_refused():
+    with pytest.raises(GradingError, match="called the course's answer key"):
+        graph_walk.check_grad_fn_names("grad_fn_names", KEY.grad_fn_names, graph_walk.autograd_graphs(seed=3),
+                                       KEY.grad_fn_names)
 
 
 # --- freeze_all_but ------------------------------------------------------------------------------
@@ -114,9 +154,10 @@ def test_freeze_checks_accept_a_correct_answer_and_leave_the_global_rng_alone():
     torch.manual_seed(0)
     before = torch.rand(3)
     torch.manual_seed(0)
-    tc.check_freeze_training("freeze_all_but", freeze, tc.deep_stack, ["2.weight", "2.bias"], seed=1)
-    tc.check_freeze_flags("freeze_all_but", freeze, tc.lora_net, ("head.bias",), seed=2, frozen_before=("head.bias",))
-    tc.check_freeze_unknown_name("freeze_all_but", freeze, tc.lora_net, seed=3)
+    freezing.check_freeze_training("freeze_all_but", freeze, models.deep_stack, ["2.weight", "2.bias"], seed=1)
+    freezing.check_freeze_flags("freeze_all_but", freeze, models.lora_net, ("head.bias",), seed=2,
+                                frozen_before=("head.bias",))
+    freezing.check_freeze_unknown_name("freeze_all_but", freeze, models.lora_net, seed=3)
     assert torch.equal(torch.rand(3), before)
 
 
@@ -127,7 +168,7 @@ def test_freeze_substring_match_is_caught_with_a_hint():
         return [p for p in model.parameters() if p.requires_grad]
 
     with pytest.raises(GradingError, match=r"12\.weight: requires_grad=True") as caught:
-        tc.check_freeze_flags("freeze_all_but", substring, tc.deep_stack, ["2.weight"], seed=4)
+        freezing.check_freeze_flags("freeze_all_but", substring, models.deep_stack, ["2.weight"], seed=4)
     assert "whole names" in str(caught.value)
 
 
@@ -138,10 +179,10 @@ def test_freeze_training_needs_the_named_parameters_switched_back_on():
                 p.requires_grad_(False)
         return [p for n, p in model.named_parameters() if n in trainable]
 
-    tc.check_freeze_training("freeze_all_but", only_freezes, tc.lora_net, ["embed.weight"], seed=5)  # nothing was frozen
+    freezing.check_freeze_training("freeze_all_but", only_freezes, models.lora_net, ["embed.weight"], seed=5)
     with pytest.raises(GradingError, match="must train, even if it was frozen"):
-        tc.check_freeze_training("freeze_all_but", only_freezes, tc.lora_net, ["embed.weight"], seed=5,
-                                 frozen_before=("embed.weight",))
+        freezing.check_freeze_training("freeze_all_but", only_freezes, models.lora_net, ["embed.weight"], seed=5,
+                                       frozen_before=("embed.weight",))
 
 
 def test_freeze_unknown_name_must_raise_value_or_key_error():
@@ -150,67 +191,114 @@ def test_freeze_unknown_name_must_raise_value_or_key_error():
         return freeze(model, trainable)
 
     with pytest.raises(GradingError, match="raised AssertionError"):
-        tc.check_freeze_unknown_name("freeze_all_but", asserts, tc.lora_net, seed=6)
+        freezing.check_freeze_unknown_name("freeze_all_but", asserts, models.lora_net, seed=6)
     with pytest.raises(GradingError, match="without a word"):
-        tc.check_freeze_unknown_name("freeze_all_but", lambda m, t: [], tc.lora_net, seed=6)
+        freezing.check_freeze_unknown_name("freeze_all_but", lambda m, t: [], models.lora_net, seed=6)
 
 
 # --- distill_loss --------------------------------------------------------------------------------
-def test_reference_distill_loss_is_t_squared_batchmean_kl():
+def test_the_key_is_t_squared_batchmean_kl_and_gives_the_values_the_notebook_states():
     s, t = torch.randn(4, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
     T = 3.0
     p_t, log_p_s = torch.softmax(t / T, -1), torch.log_softmax(s / T, -1)
     by_hand = T ** 2 * (p_t * (p_t.log() - log_p_s)).sum(-1).mean()
-    assert torch.allclose(tc.reference_distill_loss(s, t, T), by_hand)
-    assert tc.reference_distill_loss(s, s, T).abs().item() < 1e-12
-    assert math.isclose(tc.reference_distill_loss(torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[3.0, 2.0, 1.0]]), 1.0).item(),
-                        1.1504, abs_tol=1e-4)  # the value the notebook states
+    assert torch.allclose(KEY.distill_loss(s, t, T), by_hand)
+    assert KEY.distill_loss(s, s, T).abs().item() < 1e-12
+    stated = {1.0: ([[1.0, 2.0, 3.0]], [[3.0, 2.0, 1.0]], 1.1504207652),  # the exercise's example
+              2.0: ([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], [[3.0, 2.0, 1.0], [1.0, 0.0, -1.0]], 0.7971552395)}
+    for T, (s_, t_, value) in stated.items():
+        got = KEY.distill_loss(torch.tensor(s_, dtype=torch.float64), torch.tensor(t_, dtype=torch.float64), T).item()
+        assert math.isclose(got, value, rel_tol=1e-9)
+
+
+def test_the_closed_form_gradient_is_autograds():
+    s = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    t = torch.randn(6, 4, dtype=torch.float64)
+    (grad,) = torch.autograd.grad(KEY.distill_loss(s, t, 3.0), s)
+    assert torch.allclose(distillation._student_gradient(s, t, 3.0), grad, rtol=1e-12, atol=1e-14)
 
 
 def test_distill_checks_accept_a_correct_answer():
-    tc.check_distill_value("distill_loss", distill, B=3, C=7, T=1.0, seed=1, dtype=torch.float32, scale=60.0)
-    tc.check_distill_gradients("distill_loss", distill, B=4, C=5, T=2.0, seed=2)
-    tc.check_distill_models("distill_loss", distill, seed=3)
+    distillation.check_distill_value("distill_loss", distill, KEY.distill_loss, B=3, C=7, T=1.0, seed=1,
+                                     dtype=torch.float32, scale=60.0)
+    distillation.check_distill_example("distill_loss", distill, [[1.0, 2.0, 3.0]], [[3.0, 2.0, 1.0]], 1.0, 1.1504207652)
+    distillation.check_distill_gradients("distill_loss", distill, B=4, C=5, T=2.0, seed=2)
+    distillation.check_distill_gradients("distill_loss", distill, B=6, C=3, T=3.0, seed=3, dtype=torch.float32)
+    distillation.check_distill_models("distill_loss", distill, seed=3)
 
 
 def test_distill_checks_name_the_slips():
     with pytest.raises(GradingError, match="T\\*\\*2 factor is missing"):
-        tc.check_distill_value("distill_loss", lambda s, t, T=2.0: distill(s, t, T) / T ** 2, B=4, C=5, T=2.0, seed=4)
+        distillation.check_distill_value("distill_loss", lambda s, t, T=2.0: distill(s, t, T) / T ** 2,
+                                         KEY.distill_loss, B=4, C=5, T=2.0, seed=4)
+    with pytest.raises(GradingError, match="T\\*\\*2 factor is missing"):
+        distillation.check_distill_example("distill_loss", lambda s, t, T=2.0: distill(s, t, T) / T ** 2,
+                                           [[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], [[3.0, 2.0, 1.0], [1.0, 0.0, -1.0]],
+                                           2.0, 0.7971552395)
+
     def undetached(s, t, T=2.0):
         return F.kl_div(F.log_softmax(s / T, -1), F.softmax(t / T, -1), reduction="batchmean") * T * T
 
     with pytest.raises(GradingError, match="reached the teacher"):
-        tc.check_distill_gradients("distill_loss", undetached, B=4, C=5, T=2.0, seed=5)
+        distillation.check_distill_gradients("distill_loss", undetached, B=4, C=5, T=2.0, seed=5)
     with pytest.raises(GradingError, match=r"reached the teacher's parameters"):
-        tc.check_distill_models("distill_loss", undetached, seed=7)
+        distillation.check_distill_models("distill_loss", undetached, seed=7)
     with pytest.raises(GradingError, match="wrong side"):
-        tc.check_distill_gradients("distill_loss", lambda s, t, T=2.0: distill(t, s.detach(), T) * 0 + distill(s.detach(), t, T),
-                                   B=4, C=5, T=2.0, seed=6)
+        distillation.check_distill_gradients(
+            "distill_loss", lambda s, t, T=2.0: distill(t, s.detach(), T) * 0 + distill(s.detach(), t, T),
+            B=4, C=5, T=2.0, seed=6)
+    with pytest.raises(GradingError, match="wrong values in student_logits.grad"):  # the gradient of a wrong loss
+        distillation.check_distill_gradients("distill_loss", lambda s, t, T=2.0: distill(s, t, T) / T, B=4, C=5,
+                                             T=2.0, seed=8)
 
 
 # --- per_loss_grads ------------------------------------------------------------------------------
 def test_per_loss_check_accepts_autograd_grad_and_restores_nothing_it_did_not_touch():
-    tc.check_per_loss_grads("per_loss_grads", per_loss, seed=1)
-    tc.check_per_loss_grads("per_loss_grads", per_loss, seed=2, which=(1,), param_names=["head_a.bias"],
-                            dtype=torch.float32)
+    per_loss.check_per_loss_grads("per_loss_grads", per_loss_ok, KEY.per_loss_grads, seed=1)
+    per_loss.check_per_loss_grads("per_loss_grads", per_loss_ok, KEY.per_loss_grads, seed=2, which=(1,),
+                                  param_names=["head_a.bias"], dtype=torch.float32)
+
+
+def test_the_stated_example_is_what_the_key_gives():
+    losses, params = per_loss.shared_product_setup()
+    got = KEY.per_loss_grads(losses, params)
+    assert [tuple(g.tolist() for g in loss) for loss in got] == [([3.0, 3.0], [3.0]), ([18.0, 36.0], [30.0]),
+                                                                 ([2.0, 4.0], [0.0])]
+    per_loss.check_per_loss_example("per_loss_grads", per_loss_ok, EXAMPLE_PER_LOSS)
 
 
 def test_per_loss_check_catches_gradients_left_in_grad():
     def leaves_grad(losses, params):
-        result = per_loss(losses, params)
+        result = per_loss_ok(losses, params)
         losses[-1].backward()
         return result
 
     with pytest.raises(GradingError, match=r"\.grad (changed|was None)"):
-        tc.check_per_loss_grads("per_loss_grads", leaves_grad, seed=3)
+        per_loss.check_per_loss_grads("per_loss_grads", leaves_grad, KEY.per_loss_grads, seed=3)
+    with pytest.raises(GradingError, match=r"w\.grad was None before the call"):
+        per_loss.check_per_loss_example("per_loss_grads", leaves_grad, EXAMPLE_PER_LOSS)
+
+
+def test_per_loss_example_names_the_leak_of_one_loss_into_the_next():
+    def accumulates(losses, params):
+        for p in params:
+            p.grad = None
+        result = []
+        for loss in losses:
+            loss.backward(retain_graph=True)
+            result.append(tuple(p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params))
+        return result
+
+    with pytest.raises(GradingError, match="earlier losses' gradients were added in"):
+        per_loss.check_per_loss_example("per_loss_grads", accumulates, EXAMPLE_PER_LOSS)
 
 
 # --- accumulated_grads ---------------------------------------------------------------------------
 def test_accumulation_check_accepts_uneven_chunks_and_measures_memory():
-    tc.check_accumulated_grads("accumulated_grads", accumulate, n=10, k=3, seed=1)
-    tc.check_accumulated_grads("accumulated_grads", accumulate, n=10, k=4, seed=2, dtype=torch.float32, task="xent",
-                               frozen=("0.bias",))
-    tc.check_accumulated_grads("accumulated_grads", accumulate, n=96, k=4, seed=3, hidden=64, memory=True)
+    accumulation.check_accumulated_grads("accumulated_grads", accumulate, n=10, k=3, seed=1)
+    accumulation.check_accumulated_grads("accumulated_grads", accumulate, n=10, k=4, seed=2, dtype=torch.float32,
+                                         task="xent", frozen=("0.bias",))
+    accumulation.check_accumulated_grads("accumulated_grads", accumulate, n=96, k=4, seed=3, hidden=64, memory=True)
 
 
 def test_accumulation_check_names_the_equal_weights_slip_and_the_single_backward():
@@ -227,36 +315,54 @@ def test_accumulation_check_names_the_equal_weights_slip_and_the_single_backward
         return tuple(p.grad.clone() for p in model.parameters())
 
     with pytest.raises(GradingError, match="len\\(chunk\\) / len\\(x\\) instead"):
-        tc.check_accumulated_grads("accumulated_grads", equal_weights, n=10, k=3, seed=4)
+        accumulation.check_accumulated_grads("accumulated_grads", equal_weights, n=10, k=3, seed=4)
     with pytest.raises(GradingError, match="several chunks were alive"):
-        tc.check_accumulated_grads("accumulated_grads", one_backward, n=96, k=4, seed=5, hidden=64, memory=True)
+        accumulation.check_accumulated_grads("accumulated_grads", one_backward, n=96, k=4, seed=5, hidden=64,
+                                             memory=True)
 
 
 # --- train_step ----------------------------------------------------------------------------------
 def test_train_step_checks_accept_the_reference_order():
-    tc.check_train_step("train_step", step, seed=1, max_norm=0.5)
-    tc.check_train_step("train_step", step, seed=2, optimizer="adamw", dtype=torch.float32)
-    tc.check_train_step_keeps_no_graph("train_step", step, seed=3, steps=20)
+    training_step.check_train_step("train_step", step, KEY.train_step, seed=1, max_norm=0.5)
+    training_step.check_train_step("train_step", step, KEY.train_step, seed=2, optimizer="adamw", dtype=torch.float32)
+    training_step.check_train_step_example("train_step", step, **EXAMPLE_STEP)
+    training_step.check_train_step_keeps_no_graph("train_step", step, seed=3, steps=20)
+
+
+def test_the_stated_step_is_what_the_key_gives():
+    model, opt, loss_fn, x, y = training_step.tiny_regression()
+    assert KEY.train_step(model, opt, loss_fn, x, y, EXAMPLE_STEP["max_norm"]) == EXAMPLE_STEP["loss"]
+    assert torch.allclose(model.weight, torch.tensor(EXAMPLE_STEP["weight"], dtype=torch.float64), rtol=1e-12)
+    assert torch.allclose(model.bias, torch.tensor(EXAMPLE_STEP["bias"], dtype=torch.float64), rtol=1e-12)
 
 
 def test_clipping_matters_in_the_training_setup():
-    model, opt, loss_fn, batch = tc.training_setup(4)
+    model, opt, loss_fn, batch = training_step.training_setup(4)
     x, y = batch(0)
     loss_fn(model(x), y).backward()
     assert torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")) > 5
+    model, opt, loss_fn, x, y = training_step.tiny_regression()
+    opt.zero_grad()
+    loss_fn(model(x), y).backward()
+    assert torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")) > 10 * EXAMPLE_STEP["max_norm"]
+
+
+def clip_late(model, optimizer, loss_fn, x, y, max_norm=1.0):
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    return loss.item()
 
 
 def test_train_step_check_diagnoses_clipping_after_the_step():
-    def clip_late(model, optimizer, loss_fn, x, y, max_norm=1.0):
-        optimizer.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        return loss.item()
-
     with pytest.raises(GradingError, match="unclipped gradients"):
-        tc.check_train_step("train_step", clip_late, seed=5, max_norm=0.5)
+        training_step.check_train_step("train_step", clip_late, KEY.train_step, seed=5, max_norm=0.5)
+    with pytest.raises(GradingError, match="unclipped gradients"):
+        training_step.check_train_step_example("train_step", clip_late, **EXAMPLE_STEP)
+    with pytest.raises(GradingError, match="added in: call optimizer.zero_grad"):
+        training_step.check_train_step_example("train_step", step_on_stale, **EXAMPLE_STEP)
 
 
 def test_no_graph_check_sees_retained_graphs_and_kept_losses():
@@ -276,10 +382,10 @@ def test_no_graph_check_sees_retained_graphs_and_kept_losses():
         return result
 
     with pytest.raises(GradingError, match="still held"):
-        tc.check_train_step_keeps_no_graph("train_step", retains, seed=6, steps=5)
+        training_step.check_train_step_keeps_no_graph("train_step", retains, seed=6, steps=5)
     kept.clear()
     with pytest.raises(GradingError, match="still held"):
-        tc.check_train_step_keeps_no_graph("train_step", stores, seed=7, steps=5)
+        training_step.check_train_step_keeps_no_graph("train_step", stores, seed=7, steps=5)
     kept.clear()
 
     def keeps_outputs(model, optimizer, loss_fn, x, y, max_norm=1.0):
@@ -292,13 +398,13 @@ def test_no_graph_check_sees_retained_graphs_and_kept_losses():
         return loss.item()
 
     with pytest.raises(GradingError, match="5 of the 5 model outputs"):
-        tc.check_train_step_keeps_no_graph("train_step", keeps_outputs, seed=8, steps=5)
+        training_step.check_train_step_keeps_no_graph("train_step", keeps_outputs, seed=8, steps=5)
     kept.clear()
 
 
 # --- predict -------------------------------------------------------------------------------------
 def test_predict_check_accepts_inference_mode_and_repairs_grad_mode():
-    tc.check_predict("predict", predict, seed=1, model_kind="two_heads")
+    prediction.check_predict("predict", predict, seed=1, model_kind="two_heads")
 
     def switches_off(model, x):
         torch.set_grad_enabled(False)
@@ -306,7 +412,7 @@ def test_predict_check_accepts_inference_mode_and_repairs_grad_mode():
             return model(x)
 
     with pytest.raises(GradingError, match="switched off"):
-        tc.check_predict("predict", switches_off, seed=2)
+        prediction.check_predict("predict", switches_off, seed=2)
     assert torch.is_grad_enabled()
 
 
@@ -316,14 +422,12 @@ def test_drawing_shows_nodes_saved_tensors_and_named_leaves():
     W = torch.randn(2, 3, requires_grad=True)
     h = torch.tanh(x @ W.T)
     L = (h * h).mean()
-    dot = tc.draw_autograd_graph(L, names={"W": W})
+    dot = toggles.draw_autograd_graph(L, names={"W": W})
     assert isinstance(dot, graphviz.Digraph)
     assert "TanhBackward0\\nsaved result: 4x2" in dot.source and "W 2x3" in dot.source
-    assert tc.saved_tensors_of(h.grad_fn)["result"].shape == (4, 2)
     L.backward()
-    assert tc.saved_tensors_of(h.grad_fn) == {"result": "freed"}
-    assert "freed" in tc.draw_autograd_graph(L).source
-    assert "nothing recorded" in tc.draw_autograd_graph(W).source
+    assert "freed" in toggles.draw_autograd_graph(L).source
+    assert "nothing recorded" in toggles.draw_autograd_graph(W).source
 
 
 # --- trusted grading: the learner's code runs in a driver (in the kernel), the comparisons here ------
@@ -333,7 +437,7 @@ class KernelWithoutComparisons(mutation.Loopback):
     def ask(self, request, response):
         with mock.patch.object(torch, "allclose", lambda *a, **k: True), \
                 mock.patch.object(torch, "equal", lambda *a, **k: True), \
-                mock.patch.object(tc, "expect_close", lambda *a, **k: None):
+                mock.patch.object(cases, "expect_close", lambda *a, **k: None):
             super().ask(request, response)
 
 
@@ -357,40 +461,50 @@ def run_trusted(source, implementation, kernel=mutation.Loopback):
 CELLS = {
     "grad_fn_names": """
 import torch
-from autograder.checks import toggles as tc
+from autograder.checks.toggles import graph_walk
+from autograder.grader.keys import answer_key
 leaf = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
-tc.check_grad_fn_names("g", g, [("(x * 2).sum()", lambda: (leaf * 2).sum())])
-tc.check_grad_fn_names("g", g, tc.sample_graphs(seed=9))
+graph_walk.check_grad_fn_names("g", g, [("(x * 2).sum()", lambda: (leaf * 2).sum(),
+                                         ["SumBackward0", "MulBackward0", "AccumulateGrad"])])
+graph_walk.check_grad_fn_names("g", g, graph_walk.autograd_graphs(seed=9), answer_key("04_toggles").grad_fn_names)
 """,
     "freeze_all_but": """
-from autograder.checks import toggles as tc
-tc.check_freeze_flags("g", g, tc.deep_stack, ["2.weight", "2.bias"], seed=1, frozen_before=("2.bias",))
-tc.check_freeze_training("g", g, tc.lora_net, ["block.lora_A", "head.bias"], seed=2)
-tc.check_freeze_unknown_name("g", g, tc.lora_net, seed=3)
+from autograder.checks.toggles import freezing, models
+freezing.check_freeze_flags("g", g, models.deep_stack, ["2.weight", "2.bias"], seed=1, frozen_before=("2.bias",))
+freezing.check_freeze_training("g", g, models.lora_net, ["block.lora_A", "head.bias"], seed=2)
+freezing.check_freeze_unknown_name("g", g, models.lora_net, seed=3)
 """,
     "distill_loss": """
-from autograder.checks import toggles as tc
-tc.check_distill_gradients("g", g, B=4, C=5, T=2.0, seed=1)
-tc.check_distill_models("g", g, seed=2)
+from autograder.checks.toggles import distillation
+from autograder.grader.keys import answer_key
+distillation.check_distill_example("g", g, [[1.0, 2.0, 3.0]], [[3.0, 2.0, 1.0]], 1.0, 1.1504207652)
+distillation.check_distill_value("g", g, answer_key("04_toggles").distill_loss, B=4, C=5, T=2.0, seed=1)
+distillation.check_distill_gradients("g", g, B=4, C=5, T=2.0, seed=1)
+distillation.check_distill_models("g", g, seed=2)
 """,
     "per_loss_grads": """
-from autograder.checks import toggles as tc
-tc.check_per_loss_grads("g", g, seed=1)
+from autograder.checks.toggles import per_loss
+from autograder.grader.keys import answer_key
+per_loss.check_per_loss_example("g", g, [([3.0, 3.0], [3.0]), ([18.0, 36.0], [30.0]), ([2.0, 4.0], [0.0])])
+per_loss.check_per_loss_grads("g", g, answer_key("04_toggles").per_loss_grads, seed=1)
 """,
     "accumulated_grads": """
-from autograder.checks import toggles as tc
-tc.check_accumulated_grads("g", g, n=10, k=3, seed=1, frozen=("0.bias",))
-tc.check_accumulated_grads("g", g, n=96, k=4, seed=2, hidden=64, memory=True)
+from autograder.checks.toggles import accumulation
+accumulation.check_accumulated_grads("g", g, n=10, k=3, seed=1, frozen=("0.bias",))
+accumulation.check_accumulated_grads("g", g, n=96, k=4, seed=2, hidden=64, memory=True)
 """,
     "train_step": """
-from autograder.checks import toggles as tc
-tc.check_train_step("g", g, seed=1, max_norm=0.5)
-tc.check_train_step_keeps_no_graph("g", g, seed=2, steps=5)
+from autograder.checks.toggles import training_step
+from autograder.grader.keys import answer_key
+training_step.check_train_step_example("g", g, max_norm=0.5, loss=12.3125,
+                                       weight=[[0.469259180084936, -0.9606133244838243]], bias=[0.2480786987553085])
+training_step.check_train_step("g", g, answer_key("04_toggles").train_step, seed=1, max_norm=0.5)
+training_step.check_train_step_keeps_no_graph("g", g, seed=2, steps=5)
 """,
     "predict": """
-from autograder.checks import toggles as tc
-tc.check_predict("g", g, seed=1)
-tc.check_predict("g", g, seed=2, model_kind="two_heads")
+from autograder.checks.toggles import prediction
+prediction.check_predict("g", g, seed=1)
+prediction.check_predict("g", g, seed=2, model_kind="two_heads")
 """,
 }
 
@@ -421,7 +535,7 @@ def distill_undetached(s, t, T=2.0):
 
 
 def per_loss_leaves_grad(losses, params):
-    result = per_loss(losses, params)
+    result = per_loss_ok(losses, params)
     losses[-1].backward()
     return result
 
@@ -447,7 +561,7 @@ def step_on_stale(model, optimizer, loss_fn, x, y, max_norm=1.0):
     return loss.item()
 
 
-def step_retains(model, optimizer, loss_fn, x, y, max_norm=1.0, _kept=[]):
+def step_retains(model, optimizer, loss_fn, x, y, max_norm=1.0, _kept=[]):  # noqa: B006 (the leak under test)
     optimizer.zero_grad()
     loss = loss_fn(model(x), y)
     loss.backward(retain_graph=True)
@@ -457,7 +571,7 @@ def step_retains(model, optimizer, loss_fn, x, y, max_norm=1.0, _kept=[]):
     return loss.item()
 
 
-def step_keeps_losses(model, optimizer, loss_fn, x, y, max_norm=1.0, _kept=[]):
+def step_keeps_losses(model, optimizer, loss_fn, x, y, max_norm=1.0, _kept=[]):  # noqa: B006 (the leak under test)
     optimizer.zero_grad()
     loss = loss_fn(model(x), y)
     loss.backward()
@@ -479,7 +593,7 @@ def predict_no_grad(model, x):
 
 
 RIGHT = [("grad_fn_names", names_bfs), ("freeze_all_but", freeze), ("freeze_all_but", freeze_own_error),
-         ("distill_loss", distill), ("per_loss_grads", per_loss), ("accumulated_grads", accumulate),
+         ("distill_loss", distill), ("per_loss_grads", per_loss_ok), ("accumulated_grads", accumulate),
          ("train_step", step), ("predict", predict)]
 WRONG = [
     ("grad_fn_names", lambda t: names_bfs(t)[1:], "the list starts with the root itself"),
@@ -487,7 +601,7 @@ WRONG = [
     ("freeze_all_but", freeze_asserts, "raised AssertionError"),
     ("freeze_all_but", freeze_on_data, "wrong requires_grad flags"),
     ("distill_loss", distill_undetached, "a gradient reached the teacher logits"),
-    ("per_loss_grads", per_loss_leaves_grad, "trunk.weight.grad changed during the call"),
+    ("per_loss_grads", per_loss_leaves_grad, "w.grad was None before the call and holds a tensor after it"),
     ("accumulated_grads", accumulate_on_stale, "the gradients that were in .grad before the call were added in"),
     ("accumulated_grads", accumulate_one_backward, "the graphs of several chunks were alive at the same time"),
     ("train_step", step_on_stale, "the gradients left in .grad before the call were added in"),
@@ -503,8 +617,8 @@ def _leaves(answer):
         return [leaf for item in answer for leaf in _leaves(item)]
     if isinstance(answer, dict):
         return [leaf for item in answer.values() for leaf in _leaves(item)]
-    if isinstance(answer, (tc.Backward, tc.Call, tc.GraphWatch, tc.Caught)):
-        return [answer, *_leaves([getattr(answer, f.name) for f in tc.dataclasses.fields(answer)])]
+    if isinstance(answer, (distillation.Backward, accumulation.Call, training_step.GraphWatch, freezing.Caught)):
+        return [answer, *_leaves([getattr(answer, f.name) for f in dataclasses.fields(answer)])]
     return [answer]
 
 
@@ -539,18 +653,18 @@ def test_trusted_grading_gives_the_plain_message(cell, implementation, words):
 def test_trusted_kernel_sees_stale_grads_and_its_own_saved_tensors():
     """What the grader sets up that a pickle does not carry (.grad) or cannot see (the kernel's saved
     tensors, its grad mode) is set up and observed by the drivers, in the kernel."""
-    model, loss_fn, x, y = tc._regression(1, torch.float64, "cpu", 10)
+    model, loss_fn, x, y = accumulation.regression(1, torch.float64, "cpu", 10)
     stale = [torch.ones_like(p) for p in model.parameters()]
-    seen = tc.accumulate_run(lambda m, *a: [p.grad.clone() for p in m.parameters()], stale, True,
+    seen = accumulation.run_accumulation(lambda m, *a: [p.grad.clone() for p in m.parameters()], stale, True,
                              model, loss_fn, x, y, 3)
     assert all(torch.equal(g, s) for g, s in zip(seen.returned, stale)) and seen.peak_saved_bytes == 0
-    one = tc.accumulate_run(accumulate_one_backward, stale, True, model, loss_fn, x, y, 3)
+    one = accumulation.run_accumulation(accumulate_one_backward, stale, True, model, loss_fn, x, y, 3)
     assert one.peak_saved_bytes > 0
-    watch = tc.no_graph_run(step_keeps_losses, seed=3, steps=4, dtype=torch.float64)
+    watch = training_step.run_training_steps(step_keeps_losses, seed=3, steps=4, dtype=torch.float64)
     assert len(watch.returned) == 4 and watch.live_bytes == [0] * 4
     assert watch.loss_calls == 4 and watch.losses_alive >= 4
-    got, is_on = tc.predict_run(predict_switches_off, model, x)
+    got, is_on = prediction.run_predict(predict_switches_off, model, x)
     assert got.is_inference() and not is_on and torch.is_grad_enabled()
     with torch.no_grad():  # the notebook's own cells switched it off: the call still starts with it on
-        assert tc.predict_run(lambda m, inp: torch.is_grad_enabled(), model, x) == (True, True)
+        assert prediction.run_predict(lambda m, inp: torch.is_grad_enabled(), model, x) == (True, True)
         assert not torch.is_grad_enabled()  # and the kernel is left as it was

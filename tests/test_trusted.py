@@ -2,6 +2,7 @@
 in the grader's models, optimizers and tensors is carried back to them."""
 import io
 import os
+import zipfile
 
 import mutation
 import pytest
@@ -152,5 +153,73 @@ def test_gradients_the_caller_holds_reach_the_kernel_and_a_dtype_change_is_named
         assert remote.call("g", boundary.StudentName("grad_sum"), [model], {}).item() == 14.0
         with pytest.raises(checks.GradingError, match="float32.*float16"):
             remote.call("h", boundary.StudentName("to_half"), [model], {})
+    finally:
+        exchange.remove()
+
+
+# Bounds: nothing that comes back from a kernel is materialised before it is bounded.
+
+def saved(value, path, **kwargs):
+    torch.save(value, path, **kwargs)
+    return path
+
+
+def test_an_expanded_view_counts_every_element_it_shows():
+    with pytest.raises(boundary.TooLarge, match="250,000,000 elements"):
+        boundary.check_bounds({"result": [torch.ones(1).expand(250_000_000)]})
+    boundary.check_bounds({"result": [torch.ones(1).expand(1000), torch.zeros(3, 4)]})  # small answers pass
+
+
+def test_strings_numbers_nesting_items_and_total_bytes_are_bounded():
+    small = boundary.Bounds(string_chars=10, number_bits=64, depth=3, items=20, total_bytes=1000)
+    for value, message in [("x" * 11, "string of 11"), (2**65, "integer of 66 bits"), ([[[["deep"]]]], "3 deep"),
+                           (list(range(21)), "more than 20 items"), (torch.zeros(200), "more than 1,000 bytes"),
+                           (torch.zeros(1000)[:2], "more than 1,000 bytes")]:  # a view carries its whole storage
+        with pytest.raises(boundary.TooLarge, match=message):
+            boundary.check_bounds({"result": value}, small)
+    boundary.check_bounds({"result": ["x" * 10, 2**63, [1], torch.zeros(10)]}, small)
+
+
+def test_deep_nesting_cannot_exhaust_the_graders_stack():
+    value = []
+    for _ in range(100_000):
+        value = [value]
+    with pytest.raises(boundary.TooLarge, match="deep"):
+        boundary.check_bounds(value)
+
+
+def test_an_answer_file_is_bounded_before_it_is_read(tmp_path):
+    assert trusted.read_answer(saved({"result": 1}, tmp_path / "fine.out")) == {"result": 1}
+    big = saved({"result": torch.zeros(1000)}, tmp_path / "big.out")
+    with pytest.raises(boundary.TooLarge, match="bytes"):
+        trusted.read_answer(big, boundary.Bounds(file_bytes=1000))
+    legacy = saved({"result": 1}, tmp_path / "legacy.out", _use_new_zipfile_serialization=False)
+    with pytest.raises(boundary.TooLarge, match="zip format"):  # the legacy format allocates what it claims
+        trusted.read_answer(legacy)
+    squeezed = tmp_path / "squeezed.out"
+    with zipfile.ZipFile(big) as source, zipfile.ZipFile(squeezed, "w", zipfile.ZIP_DEFLATED) as target:
+        for member in source.infolist():
+            target.writestr(member.filename, source.read(member))
+    with pytest.raises(boundary.TooLarge, match="compressed"):  # a zip bomb inflates far beyond its size
+        trusted.read_answer(squeezed)
+    wordy = saved({"result": ["word"] * 10_000}, tmp_path / "wordy.out")
+    with pytest.raises(boundary.TooLarge, match="structure"):
+        trusted.read_answer(wordy, boundary.Bounds(structure_bytes=1000))
+    os.mkfifo(tmp_path / "pipe.out")  # would block a plain open() forever
+    with pytest.raises(boundary.TooLarge, match="not a plain file"):
+        trusted.read_answer(tmp_path / "pipe.out")
+    os.symlink("/dev/zero", tmp_path / "endless.out")
+    with pytest.raises(OSError):
+        trusted.read_answer(tmp_path / "endless.out")
+
+
+def test_a_student_call_that_answers_too_much_scores_zero_with_the_reason():
+    def expanded(x):
+        return torch.ones(1).expand(250_000_000)
+    exchange = isolation.Exchange()
+    try:
+        remote = mutation.Loopback({"expanded": expanded}, exchange)
+        with pytest.raises(checks.GradingError, match="expanded: the answer from your notebook is too large"):
+            remote.call("expanded", boundary.StudentName("expanded"), [torch.ones(2)], {})
     finally:
         exchange.remove()

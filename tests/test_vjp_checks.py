@@ -5,6 +5,7 @@ The custom Functions and engines used as fixtures come from the mutation catalog
 (`tests/mutants/nb03_vjp.py`), where they are already sorted into right and wrong.
 """
 import dataclasses
+import re
 import sys
 from unittest import mock
 
@@ -17,6 +18,7 @@ from mutants import nb03_vjp as catalogue
 from autograder import checks
 from autograder.checks import GradingError, boundary
 from autograder.checks import vjps as vc
+from autograder.checks.vjps import tensor_engine
 
 
 def softmax_vjp(y, g, dim=-1):
@@ -46,7 +48,7 @@ def test_relayout_keeps_the_values_and_changes_the_strides(shape, layout):
 def test_private_copies_keep_the_strides_and_share_no_memory():
     for layout in ("transposed", "sliced"):
         t = vc.tensor((3, 4), seed=2, layout=layout)
-        copy = vc._private_copy(t)
+        copy = vc.private_copy(t)
         assert copy.stride() == t.stride() and torch.equal(copy, t)
         copy.add_(1.0)
         assert torch.equal(t, vc.tensor((3, 4), seed=2))
@@ -65,7 +67,7 @@ def test_broadcast_patterns_are_valid_and_cover_every_kind():
 
 def test_dtype_layouts_cover_the_six_pairs_in_three_cases():
     pairs = {pair for i in range(3) for pair in vc.dtype_layouts(i)}
-    assert pairs == {(d, layout) for d in vc.DTYPES for layout in vc.LAYOUTS}
+    assert pairs == {(d, layout) for d in (torch.float64, torch.float32) for layout in vc.LAYOUTS}
 
 
 @pytest.mark.parametrize("builder, spec", [
@@ -109,7 +111,8 @@ def test_expected_values_are_autograds(builder, spec):
 
 
 # --- the VJP checker and its guards ----------------------------------------------------------------
-SOFTMAX_CASES = [vc.softmax_case((4, 64), dim=-1, seed=10), vc.softmax_case((3, 5), dim=0, seed=11, dtype=torch.float32)]
+SOFTMAX_CASES = [vc.softmax_case((4, 64), dim=-1, seed=10),
+                 vc.softmax_case((3, 5), dim=0, seed=11, dtype=torch.float32)]
 
 
 def test_a_correct_vjp_passes():
@@ -195,6 +198,38 @@ def test_a_failure_message_names_the_layout():
         vc.check_vjp("vjp_softmax", forgets_the_dot_product, [case])
 
 
+def test_the_memory_rule_allows_what_the_notebook_teaches():
+    """g @ B.mT lives on C's batch shape before unbroadcast sums it back: as large as A broadcast."""
+    def recipe(A, B, g):
+        return unbroadcast(g @ B.mT, A.shape), unbroadcast(A.mT @ g, B.shape)
+
+    case = vc.matmul_case((10, 1, 1, 400), (10, 400, 1), seed=15)
+    vc.check_vjp("vjp_matmul", recipe, [case])
+    assert case.broadcast_bytes == 10 * 10 * 1 * 400 * 8
+
+    def hoards(A, B, g):  # a (B, n, k, m)-sized product per batch: still rejected
+        products = A[..., :, :, None] * B[..., None, :, :] * g[..., :, None, :]
+        return recipe(A, B, g) if products.numel() else None
+
+    with pytest.raises(GradingError, match="more than 4 times the largest input"):
+        vc.check_vjp("vjp_matmul", hoards, [vc.matmul_case((2, 16, 16), (2, 16, 16), seed=16)])
+    no_guard_left_behind()
+
+
+@pytest.mark.parametrize("wrong", [catalogue.ub_empty_dim,
+                                   lambda g, shape: [g := g.sum(dim=tuple(range(g.dim() - len(shape)))),
+                                                     *[g := g.sum(i, keepdim=True) for i, size in enumerate(shape)
+                                                       if size == 1]][-1]])
+def test_unbroadcast_names_the_empty_dim_trap(wrong):
+    cases = [vc.unbroadcast_case((3,), (2, 3), seed=7), vc.unbroadcast_case((2, 3), (2, 3), seed=8),
+             vc.unbroadcast_case((2, 1), (2, 3), seed=9)]
+    with pytest.raises(GradingError, match=r"dim=\(\) sums every dimension"):
+        vc.check_unbroadcast("unbroadcast", wrong, cases)
+    with pytest.raises(GradingError, match=r"dim=\(\) sums every dimension"):  # 0-d, or an error that says why
+        vc.check_unbroadcast("unbroadcast", wrong, cases[2:])
+    vc.check_unbroadcast("unbroadcast", unbroadcast, cases)
+
+
 def test_human_bytes():
     assert vc.human_bytes(512) == "512 bytes"
     assert vc.human_bytes(3 * 1024**2) == "3.0 MiB"
@@ -228,10 +263,48 @@ def test_wrong_logsumexps_are_named(cls, message):
     no_guard_left_behind()
 
 
-def test_gradgradcheck_catches_a_backward_that_is_not_differentiable():
-    with pytest.raises(GradingError, match="gradgradcheck failed"):
-        vc.check_gradchecks("StableLogSumExp", lambda: (lambda t: catalogue.LSEDetachedBackward.apply(t, 1)),
-                            vc.tensor((3, 4), seed=24), what="apply(x, 1)")
+@pytest.mark.parametrize("cls, cause", [
+    (catalogue.LSEDetachedBackward, "compute it from forward's saved input and output"),
+    (catalogue.LSESavesShiftedExponentials, "keeps ctx.saved_tensors[0] (shape (3, 4)), ctx.saved_tensors[1] "
+                                            "(shape (3, 1)) for backward, and it carries no autograd history"),
+    (catalogue.LSESavesSoftmax, "keeps ctx.saved_tensors[0] (shape (3, 4))"),
+])
+def test_gradgradcheck_names_why_a_backward_is_not_differentiable(cls, cause):
+    with pytest.raises(GradingError) as caught:
+        vc.check_gradchecks("StableLogSumExp", lambda: (lambda t: cls.apply(t, 1)), vc.tensor((3, 4), seed=24),
+                            what="apply(x, 1)")
+    message = str(caught.value)
+    assert "gradgradcheck failed" in message and "Jacobian mismatch" in message and cause in message
+    assert ".detach(), .item()" not in message or cls is catalogue.LSEDetachedBackward
+
+
+def test_gradgradcheck_names_once_differentiable_and_ctx_attributes():
+    from torch.autograd.function import once_differentiable
+
+    class Once(catalogue._LSEBase):
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad_out):
+            return catalogue._LSEBase.backward(ctx, grad_out)
+
+    class KeepsAnAttribute(catalogue._LSEBase):
+        @staticmethod
+        def forward(ctx, x, dim):
+            out = catalogue._LSEBase.forward(ctx, x, dim)
+            ctx.softmax = (x - out.unsqueeze(dim)).exp()
+            return out
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            return grad_out.unsqueeze(ctx.dim) * ctx.softmax, None
+
+    for cls, cause in ((Once, "marked @once_differentiable"), (KeepsAnAttribute, "keeps ctx.softmax (shape (3, 4))")):
+        with pytest.raises(GradingError, match=re.escape(cause)):
+            vc.check_gradchecks("StableLogSumExp", lambda cls=cls: (lambda t: cls.apply(t, 1)),
+                                vc.tensor((3, 4), seed=25), what="apply(x, 1)")
+    for right in (catalogue.LSERecomputes, catalogue.LSESetupContext):
+        vc.check_gradchecks("StableLogSumExp", lambda right=right: (lambda t: right.apply(t, 1)),
+                            vc.tensor((3, 4), seed=26), what="apply(x, 1)")
 
 
 def test_the_backward_is_called_without_the_engine():
@@ -264,7 +337,8 @@ def test_straight_through_checks():
 # --- the tensor engine ------------------------------------------------------------------------------
 def test_a_correct_engine_passes_every_check():
     for engine in (catalogue.AltTensor, catalogue.MarkerStackTensor):
-        vc.check_engine_expression("Tensor", engine, "((a * b + a).relu() * a).mean()", {"a": (3, 4), "b": (4,)}, seed=40)
+        vc.check_engine_expression("Tensor", engine, "((a * b + a).relu() * a).mean()", {"a": (3, 4), "b": (4,)},
+                                   seed=40)
         vc.check_engine_expression("Tensor", engine, "(k @ a + 1.0).sum()", {"a": (3, 2)}, seed=41,
                                    dtype=torch.float32, constants={"k": (4, 3)})
         vc.check_engine_mlp("Tensor", engine, n_in=2, hidden=5, n_out=1, batch=6, seed=42)
@@ -275,9 +349,9 @@ def test_a_correct_engine_passes_every_check():
 
 def test_a_reference_training_run_lowers_the_loss():
     x, y = vc.toy_regression(seed=0)
-    params = vc._mlp_params(1, 16, 1, 1, torch.float64)
-    losses, _ = vc.train_with_autograd(x, y, params, steps=150, lr=0.1)
-    mine, _ = vc.train_with_engine(catalogue.AltTensor, x, y, params, steps=150, lr=0.1)
+    params = tensor_engine._mlp_params(1, 16, 1, 1, torch.float64)
+    losses, _ = tensor_engine.autograd_training(x, y, params, steps=150, lr=0.1)
+    mine, _ = tensor_engine.run_engine_training(catalogue.AltTensor, x, y, params, steps=150, lr=0.1)
     assert losses[-1] * 4 < losses[0]
     torch.testing.assert_close(torch.tensor(mine), torch.tensor(losses))
 
@@ -290,7 +364,8 @@ def test_a_reference_training_run_lowers_the_loss():
     (catalogue.MeanWithoutDivide, "training", "the training loss differs from PyTorch's"),
 ])
 def test_wrong_engines_are_named(engine, check, message):
-    run = {"expression": lambda: vc.check_engine_expression("Tensor", engine, "(a * a + a).mean()", {"a": (3,)}, seed=50),
+    run = {"expression": lambda: vc.check_engine_expression("Tensor", engine, "(a * a + a).mean()", {"a": (3,)},
+                                                            seed=50),
            "mlp": lambda: vc.check_engine_mlp("Tensor", engine, n_in=2, hidden=5, n_out=1, batch=5, seed=51),
            "deep": lambda: vc.check_engine_deep("Tensor", engine, steps=3000),
            "training": lambda: vc.check_engine_training("Tensor", engine, hidden=8, steps=20, lr=0.1, seed=52)}[check]
@@ -318,16 +393,19 @@ def test_layer_norm_reference_uses_the_biased_variance():
 # --- trusted grading: the learner's code runs in drivers, the comparisons here ------------------------
 LSE_CELL = """
 from autograder.checks import vjps as vc
+from autograder.checks.vjps import tensor_engine
 vc.check_logsumexp("StableLogSumExp", StableLogSumExp, [vc.logsumexp_case((2, 3), dim=1, seed=13)])
 vc.check_gradchecks("StableLogSumExp", lambda: (lambda t: StableLogSumExp.apply(t, 1)), vc.tensor((3, 4), seed=16),
                     what="StableLogSumExp.apply(x, 1)")
 """
 STR_CELL = """
 from autograder.checks import vjps as vc
+from autograder.checks.vjps import tensor_engine
 vc.check_straight_through("StraightThroughRound", StraightThroughRound, [vc.rounding_cases(seed=15, shape=(2, 3))])
 """
 ENGINE_CELL = """
 from autograder.checks import vjps as vc
+from autograder.checks.vjps import tensor_engine
 vc.check_engine_expression("Tensor", Tensor, "((a * b + a).relu() * a).mean()", {"a": (3, 4), "b": (4,)}, seed=17)
 vc.check_engine_mlp("Tensor", Tensor, n_in=2, hidden=3, n_out=1, batch=4, seed=18)
 vc.check_engine_deep("Tensor", Tensor, steps=500)

@@ -11,11 +11,11 @@ from autograder.checks.student_calls import (
                                              call_student,
                                              check_cases,
                                              forbidden,
-                                             input_change,
                                              recursion_headroom,
                                              run_cases,
+                                             run_input_change,
 )
 
 __all__ = ["TOLERANCES", "GradingError", "call_student", "check_cases", "describe", "describe_inputs",
            "expect_close", "fail",
-           "forbidden", "input_change", "recursion_headroom", "run_cases"]
+           "forbidden", "recursion_headroom", "run_cases", "run_input_change"]

@@ -6,6 +6,11 @@ only data comes back, in the format `encode` writes and `decode` reads: tensors 
 checks look at), numbers, strings, containers, dtypes, devices, exceptions as type and message,
 and the checks' own records. Both sides import this module; the kernel's responder is
 `autograder.checks.kernel`.
+
+Nothing that comes back is trusted to be small: `check_bounds` walks a loaded answer before
+anything in the grader copies or compares it, and refuses (`TooLarge`) a tensor with too many
+elements (an expanded view of one number counts all the elements it shows), too many bytes
+together, a long string, a huge number, deep nesting or too many items (`Bounds`).
 """
 import dataclasses
 import functools
@@ -16,6 +21,73 @@ import types
 import torch
 
 from autograder.checks.compare import GradingError, describe
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """How much one answer from a kernel may hold. The course's answers are far smaller: a
+    bound is reached only by an answer built to hurt the grader, and that exercise scores 0."""
+    file_bytes: int = 256 * 2**20  # the answer's file, as written by the kernel
+    structure_bytes: int = 4 * 2**20  # its pickled structure (all but the tensors' data)
+    tensor_elements: int = 2**25  # elements of one tensor, as it would be materialised
+    total_bytes: int = 256 * 2**20  # all tensors (materialised), storages and strings together
+    string_chars: int = 100_000  # one string
+    number_bits: int = 4096  # one integer
+    depth: int = 64  # containers inside containers
+    items: int = 1_000_000  # entries of all containers together
+
+
+BOUNDS = Bounds()
+
+
+class TooLarge(GradingError):
+    """An answer from the kernel is over a bound (`Bounds`): it is refused before anything copies it."""
+
+
+def _storage(tensor):
+    """The memory behind a tensor (None for meta and sparse tensors, which have none of their own)."""
+    if tensor.device.type == "meta" or tensor.layout != torch.strided:
+        return None
+    return tensor.untyped_storage()
+
+
+def check_bounds(value, bounds=BOUNDS) -> None:
+    """Refuse `value` (as loaded, before `decode`) if it holds more than `bounds` allow.
+
+    Iterative, so that nesting cannot exhaust the grader's stack; a storage shared by several
+    views is counted once, and every view by the elements it shows."""
+    total, items, storages = 0, 0, set()
+    stack = [(value, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > bounds.depth:
+            raise TooLarge(f"the answer nests containers more than {bounds.depth} deep")
+        if isinstance(value, torch.Tensor):
+            numel = value.numel()
+            if numel > bounds.tensor_elements:
+                raise TooLarge(f"a tensor of shape {tuple(value.shape)} has {numel:,} elements "
+                               f"(at most {bounds.tensor_elements:,} may come back)")
+            total += numel * value.element_size()
+            storage = _storage(value)
+            if storage is not None and storage.data_ptr() not in storages:
+                storages.add(storage.data_ptr())
+                total += storage.nbytes()
+        elif isinstance(value, str | bytes):
+            if len(value) > bounds.string_chars:
+                raise TooLarge(f"a string of {len(value):,} characters (at most {bounds.string_chars:,})")
+            total += len(value)
+        elif isinstance(value, int) and value.bit_length() > bounds.number_bits:
+            raise TooLarge(f"an integer of {value.bit_length():,} bits (at most {bounds.number_bits:,})")
+        elif isinstance(value, dict):
+            items += len(value)
+            stack.extend((v, depth + 1) for pair in value.items() for v in pair)
+        elif isinstance(value, list | tuple | set | frozenset):
+            items += len(value)
+            stack.extend((v, depth + 1) for v in value)
+        if items > bounds.items:
+            raise TooLarge(f"the answer holds more than {bounds.items:,} items")
+        if total > bounds.total_bytes:
+            raise TooLarge(f"the answer holds more than {bounds.total_bytes:,} bytes")
 
 
 class StudentName:

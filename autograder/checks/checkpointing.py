@@ -10,26 +10,28 @@ it runs a block, not only on the numbers it returns. The helpers here
 - build seeded test blocks with parameters and dropout that count their own forward calls
   (`TestBlock`), run them plainly and through an implementation under test, and compare outputs,
   the gradients of every input and parameter, the saved bytes and the number of calls;
-- measure the peak saved bytes of `torch.utils.checkpoint.checkpoint_sequential` for every
-  segment count (`unit_peaks`), which is what `best_segments` must minimise.
+- judge `best_segments` against the peak saved activations of every segment count, which the
+  test gives: stated in a visible test, measured by the course's answer key in hidden tests
+  (`solutions/06_checkpointing/answer_key.py`: a function that computes that table is an answer).
 
-The references are PyTorch's own, computed at grading time: `torch.utils.checkpoint` with
+The other references are PyTorch's own, computed at grading time: `torch.utils.checkpoint` with
 `use_reentrant=True`, which keeps what it keeps as saved tensors, as a `torch.autograd.Function`
-does, so that the ledger sees both sides alike (see `reference_sequential`). No reference
-solution lives here: this package is installed on learners' machines. Student code runs only
-through `autograder.checks.call_student` (time limit, no stderr, readable errors), with
-`torch.utils.checkpoint` forbidden however it was imported.
+does, so that the ledger sees both sides alike (see `reference_sequential`); it is the feature the
+checkpointing exercises rebuild, and they refuse it. No reference solution lives here: this
+package is installed on learners' machines. Student code runs only through
+`autograder.checks.call_student` (time limit, no stderr, readable errors), with
+`torch.utils.checkpoint` forbidden however it was imported, and `saved_bytes` may not call the
+course's own counters (`COUNTERS`): they are what it rebuilds.
 
-Trusted grading (`autograder.grader.trusted`): student code runs only inside drivers (closures passed
-to `call_student`) that build the graph, run backward and return plain data: outputs, call
-counts, next random numbers, saved bytes as numbers (`SavedCounts`); gradients come back on the
-grader's copies of the blocks and inputs. The references and every comparison stay in the
+Trusted grading (`autograder.grader.trusted`): student code runs only inside drivers (closures named
+`run_<what>`, passed to `call_student`) that build the graph, run backward and return plain data:
+outputs, call counts, next random numbers, saved bytes as numbers (`SavedCounts`); gradients come
+back on the grader's copies of the blocks and inputs. The references and every comparison stay in the
 grader. Runs with dropout are seeded explicitly where they happen, the plain reference run here
 and the learner's run inside its driver, with the same seed: the grader's random generator is
 not the kernel's, so neither run may depend on the state the other side's generator is in.
 """
 import dataclasses
-import functools
 import math
 import numbers
 
@@ -40,7 +42,7 @@ from torch import nn
 from autograder import checks
 from autograder.checks import GradingError
 from autograder.learner.device import get_device
-from autograder.learner.memory import SavedTensorLedger
+from autograder.learner.memory import SavedTensorLedger, measure, saved_values_by_name
 
 # What a learner must not call when asked to build checkpointing: the function, the sequential
 # helper and the reentrant Function behind them (the non-reentrant path starts in `checkpoint`).
@@ -65,31 +67,15 @@ def storage_bytes(tensors) -> int:
     return sum(sizes.values())
 
 
-def saved_tensors_of(node):
-    """[(name, tensor)] that one autograd node keeps for its backward.
-
-    Read from the node's saved variables (each `_saved_x` that has a `_raw_saved_x`), or from
-    `saved_tensors` for a custom Function. One difference from what pack hooks see: a Python
-    number used as an operand (`x * 2.0`) is saved as a 0-d double or long tensor that autograd
-    never hands to the hooks, and which this count includes; the graded functions use none.
-    """
-    if hasattr(node, "saved_tensors"):  # a custom torch.autograd.Function
-        return [("saved_tensors", t) for t in node.saved_tensors if isinstance(t, torch.Tensor)]
-    found = []
-    for attr in dir(node):
-        if not attr.startswith("_raw_saved_"):  # only saved variables have a raw counterpart
-            continue
-        name = attr[len("_raw_saved_"):]
-        value = getattr(node, "_saved_" + name)
-        for t in value if isinstance(value, (tuple, list)) else (value,):
-            if isinstance(t, torch.Tensor):
-                found.append((name, t))
-    return found
-
-
 def graph_saved_tensors(outputs):
     """[(node name, attribute, tensor)] for every tensor saved in the graph behind `outputs`,
-    walked with an explicit stack from the outputs' grad_fn through `next_functions`."""
+    walked with an explicit stack from the outputs' grad_fn through `next_functions`.
+
+    Each node's saved values are read with `autograder.learner.memory.saved_values_by_name` (tuples
+    of tensors are opened). One difference from what pack hooks see: a Python number used as an
+    operand (`x * 2.0`) is saved as a 0-d double or long tensor that autograd never hands to the
+    hooks, and which this count includes; the graded functions use none.
+    """
     outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
     stack = [o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
     seen, found = set(), []
@@ -98,7 +84,9 @@ def graph_saved_tensors(outputs):
         if node is None or node in seen:
             continue
         seen.add(node)
-        found += [(type(node).__name__, name, t) for name, t in saved_tensors_of(node)]
+        for name, value in saved_values_by_name(node).items():
+            found += [(type(node).__name__, name, t) for t in (value if isinstance(value, (tuple, list)) else (value,))
+                      if isinstance(t, torch.Tensor)]
         stack.extend(fn for fn, _ in node.next_functions)
     return found
 
@@ -121,11 +109,17 @@ def describe_saved(outputs, limit=12) -> str:
     return "\n".join(lines)
 
 
+# The course's own counters of saved bytes: saved_bytes is where the learner builds one, so its
+# answer may not call them (the notebooks use them everywhere else).
+COUNTERS = (SavedTensorLedger, measure, storage_bytes, graph_saved_tensors, graph_saved_bytes)
+
+
 def check_saved_bytes(exercise, student, fn, args, label, expected=None):
     """`student(fn, *args)` must equal the bytes of the distinct storages autograd saves while
-    `fn(*args)` runs, counted here from the graph (or `expected`, computed by hand)."""
+    `fn(*args)` runs, counted here from the graph (or `expected`, computed by hand), without
+    calling the course's own COUNTERS."""
     inputs = {"fn": label, **{f"input {i}": a for i, a in enumerate(args)}}
-    got = checks.call_student(exercise, lambda: student(fn, *args), time_limit=20)
+    got = checks.call_student(exercise, lambda: student(fn, *args), time_limit=20, forbid=COUNTERS)
     reference_out = fn(*args)
     walked = graph_saved_bytes(reference_out)
     expected = walked if expected is None else expected
@@ -269,7 +263,8 @@ def check_checkpoint_gradients(exercise, student, kind, *, width, batch, seed, p
     shown = {"block": f"TestBlock(kind={kind!r}, width={width}, dropout p={p})",
              **{f"arg {i}": a for i, a in enumerate(args)}}
 
-    def run():
+    def run_forward_backward():
+        """Driver: the checkpointed block's outputs, then backward from seeded upstream gradients."""
         _reset(block, args)
         outs = _student_forward(exercise, student, block, args, seed)
         values = [o.detach().clone() for o in outs]
@@ -278,7 +273,7 @@ def check_checkpoint_gradients(exercise, student, kind, *, width, batch, seed, p
 
     with_dropout = (" (the block has dropout: if the output matches but gradients differ, does the recompute "
                     "replay the random state the forward pass started from?)") if p else ""
-    values = checks.call_student(exercise, run, forbid=forbid)
+    values = checks.call_student(exercise, run_forward_backward, forbid=forbid)
     checks.expect_close(exercise, tuple(values), tuple(outs_ref), inputs=shown,
                         names=[f"forward output {i}" for i in range(len(values))])
     for i, (a, expected) in enumerate(zip(_leaves(args), grads_ref)):
@@ -310,7 +305,8 @@ def check_checkpoint_memory(exercise, student, *, width, batch, seed, dtype=torc
     input_bytes = storage_bytes(args)
     shown = {"block": f"TestBlock(width={width}, hidden={8 * width}), no dropout", "x": args[0]}
 
-    def run():
+    def run_counting_saved():
+        """Driver: saved bytes counted during the checkpointed forward, at the peak, and left after backward."""
         with SavedTensorLedger() as ledger:
             out = _as_tuple(student(block, *args))[0]
             during_forward = ledger.total_bytes
@@ -319,7 +315,7 @@ def check_checkpoint_memory(exercise, student, *, width, batch, seed, dtype=torc
             del out
         return during_forward, ledger.peak_bytes, ledger.live_bytes
 
-    during_forward, peak, left = checks.call_student(exercise, run, forbid=forbid)
+    during_forward, peak, left = checks.call_student(exercise, run_counting_saved, forbid=forbid)
     if during_forward > input_bytes:
         raise GradingError(
             f"{exercise}: the forward pass saved {during_forward} bytes for backward, more than the "
@@ -349,7 +345,8 @@ def check_checkpoint_recompute(exercise, student, *, width, batch, seed, dtype=t
     args = block_inputs("single", batch, width, seed=seed + 100, device=device, dtype=dtype)
     shown = {"block": f"TestBlock(width={width}, dropout p=0.5)", "x": args[0]}
 
-    def count():
+    def run_counting_calls():
+        """Driver: how often the block ran during the checkpointed forward, and in forward and backward."""
         _reset(block, args)
         out = _as_tuple(student(block, *args))[0]
         in_forward = block.calls
@@ -357,7 +354,7 @@ def check_checkpoint_recompute(exercise, student, *, width, batch, seed, dtype=t
             out.sum().backward()
         return in_forward, block.calls
 
-    in_forward, in_all = checks.call_student(exercise, count, forbid=forbid)
+    in_forward, in_all = checks.call_student(exercise, run_counting_calls, forbid=forbid)
     if in_forward != 1:
         raise GradingError(f"{exercise}: the block ran {_times(in_forward)} during the forward pass; it should run "
                            f"exactly once there\n  on input:\n{checks.describe_inputs(shown)}")
@@ -370,14 +367,16 @@ def check_checkpoint_recompute(exercise, student, *, width, batch, seed, dtype=t
 
     second = TestBlock(width, seed=seed + 1, p=0.5, device=device, dtype=dtype)
 
-    def two_blocks(apply):
+    def run_two_blocks(apply):
+        """Driver (with the learner's checkpoint as `apply`): two blocks with dropout, forward and
+        backward, then the generator's next numbers."""
         torch.manual_seed(seed)
         out = apply(second, _as_tuple(apply(block, *args))[0])
         _as_tuple(out)[0].sum().backward()
         return torch.rand(8, device=device)
 
-    expected = two_blocks(lambda b, *a: b(*a))
-    got = checks.call_student(exercise, lambda: two_blocks(student), forbid=forbid)
+    expected = run_two_blocks(lambda b, *a: b(*a))
+    got = checks.call_student(exercise, lambda: run_two_blocks(student), forbid=forbid)
     if not torch.equal(got, expected):
         raise GradingError(
             f"{exercise}: after forward and backward through two checkpointed blocks with dropout, the global "
@@ -393,7 +392,8 @@ def make_chain(n_blocks, width, *, seed, p=0.3, device=None, dtype=torch.float64
 
 
 def reference_sequential(blocks, segments, x):
-    """torch.utils.checkpoint.checkpoint_sequential, reentrant.
+    """torch.utils.checkpoint.checkpoint_sequential, reentrant: the reference of checkpoint_sequential,
+    which is not an answer since the exercise refuses it (FORBIDDEN).
 
     Why reentrant: it is a torch.autograd.Function that saves the segment inputs with
     ctx.save_for_backward and rebuilds the graph in backward, so the ledger's pack hook sees its
@@ -418,8 +418,8 @@ class SavedCounts:
         return cls(ledger.total_bytes, ledger.peak_bytes, ledger.live_bytes)
 
 
-def _run_sequential(apply, blocks, segments, x, seed):
-    """Run `apply(blocks, segments, x)` and backward from a seeded upstream gradient, the global RNG
+def run_sequential(apply, blocks, segments, x, seed):
+    """Driver: `apply(blocks, segments, x)` and backward from a seeded upstream gradient, the global RNG
     seeded with `seed` first (set here, where the run happens: the grader's generator is not the
     kernel's); return the output, the saved bytes counted (`SavedCounts`) and each block's calls."""
     for b in blocks:
@@ -449,7 +449,7 @@ def _sequential_setup(n_blocks, segments, *, width, batch, seed, p, dtype, devic
 
 def _student_sequential(exercise, student, student_blocks, segments, x, seed, shown, forbid):
     answer = checks.call_student(
-        exercise, lambda: _run_sequential(student, student_blocks, segments, x, seed), forbid=forbid)
+        exercise, lambda: run_sequential(student, student_blocks, segments, x, seed), forbid=forbid)
     if not isinstance(answer, (tuple, list)) or len(answer) != 3:
         raise GradingError(f"{exercise}: no readable answer came back from your notebook: {checks.describe(answer)}")
     out, ledger, calls = answer
@@ -474,7 +474,7 @@ def check_sequential_gradients(exercise, student, n_blocks, segments, *, width=8
             inp = b(inp)
         return inp
 
-    out_ref, _, _ = _run_sequential(plain, blocks, segments, x, seed)
+    out_ref, _, _ = run_sequential(plain, blocks, segments, x, seed)
     grad_ref = x.grad.clone()
     params_ref = [[q.grad.clone() for q in b.parameters()] for b in blocks]
     out, _, _ = _student_sequential(exercise, student, student_blocks, segments, x, seed, shown, forbid)
@@ -507,7 +507,7 @@ def check_sequential_memory(exercise, student, n_blocks, segments, *, width=16, 
     and total saved bytes are within 5% of torch's (reentrant, see `reference_sequential`)."""
     blocks, _, x, shown = _sequential_setup(n_blocks, segments, width=width, batch=batch, seed=seed, p=p,
                                             dtype=dtype, device=device, as_sequential=False)
-    _, ref, ref_calls = _run_sequential(reference_sequential, blocks, segments, x, seed)
+    _, ref, ref_calls = run_sequential(reference_sequential, blocks, segments, x, seed)
     _, ledger, calls = _student_sequential(exercise, student, blocks, segments, x, seed, shown, forbid)
     if calls != ref_calls:
         raise GradingError(
@@ -530,42 +530,32 @@ def check_sequential_memory(exercise, student, n_blocks, segments, *, width=16, 
 
 
 # --- best_segments ---------------------------------------------------------------------------------------
-UNIT_WIDTH = 256  # elements in one block activation of the unit-cost chain
+def _peak_table(peaks, n):
+    """{k: peak in block activations} for n blocks, from `peaks`: a function of n (hidden tests: the answer
+    key, which measures it) or {n: [peak for k = 1..n]} (visible tests state it)."""
+    table = peaks(n) if callable(peaks) else peaks[n]
+    return dict(table) if isinstance(table, dict) else {k: v for k, v in enumerate(table, start=1)}
 
 
-@functools.cache
-def unit_peaks(n_blocks) -> dict:
-    """{segments: peak saved bytes} for torch's checkpoint_sequential over n_blocks equal blocks
-    that each keep one activation the size of their input (a tanh), measured with the ledger."""
-    peaks = {}
-    for k in range(1, n_blocks + 1):
-        blocks = [nn.Tanh() for _ in range(n_blocks)]
-        x = torch.linspace(-1, 1, UNIT_WIDTH, requires_grad=True)
-        with SavedTensorLedger() as ledger:
-            reference_sequential(blocks, k, x).sum().backward()
-        peaks[k] = ledger.peak_bytes
-    return peaks
-
-
-def check_best_segments(exercise, student, depths):
-    """best_segments(n) is a segment count whose measured peak is the smallest for every n."""
-    unit = UNIT_WIDTH * 4
-    for n in depths:
+def check_best_segments(exercise, student, peaks, depths=None):
+    """best_segments(n) is a segment count whose peak (in block activations, from `peaks`: see
+    `_peak_table`) is the smallest, for every n in `depths` (default: the depths `peaks` lists)."""
+    for n in depths if depths is not None else list(peaks):
         got = checks.call_student(exercise, student, n, names=["n_blocks"])
         if not isinstance(got, numbers.Integral) or isinstance(got, bool):
             raise GradingError(f"{exercise}: best_segments({n}) should return an int (a number of segments), "
                                f"got {checks.describe(got)}")
-        peaks = unit_peaks(n)
-        best = min(peaks.values())
-        winners = [k for k, v in peaks.items() if v == best]
-        if got not in peaks:
+        table = _peak_table(peaks, n)
+        best = min(table.values())
+        winners = [k for k, v in table.items() if v == best]
+        if got not in table:
             raise GradingError(f"{exercise}: best_segments({n}) returned {got}; a segment count is between 1 "
                                f"and {n}")
-        if peaks[got] != best:
-            curve = ", ".join(f"{k}: {v // unit}" for k, v in peaks.items())
+        if table[got] != best:
+            curve = ", ".join(f"{k}: {v:g}" for k, v in table.items())
             raise GradingError(
-                f"{exercise}: best_segments({n}) returned {got}, whose measured peak is {peaks[got] // unit} "
-                f"block activations ({peaks[got]} bytes), but {' or '.join(map(str, winners))} segments reach "
-                f"{best // unit} ({best} bytes). sqrt({n}) = {n ** 0.5:.2f} is only where the smooth cost "
-                f"k + n/k is lowest; torch's segments are n // k blocks, the last one takes the rest and is not "
-                f"checkpointed.\n  measured peak (activations) for k = 1..{n}: {curve}")
+                f"{exercise}: best_segments({n}) returned {got}, whose measured peak is {table[got]:g} block "
+                f"activations, but {' or '.join(map(str, winners))} segments reach {best:g}. sqrt({n}) = "
+                f"{n ** 0.5:.2f} is only where the smooth cost k + n/k is lowest; torch's segments are n // k "
+                f"blocks, the last one takes the rest and is not checkpointed.\n  measured peak (activations) "
+                f"for k = 1..{n}: {curve}")

@@ -72,14 +72,16 @@ def _check_values(exercise, name, got, expected, inputs, rtol, atol):
     first = tuple(int(i) for i in bad.nonzero()[0])
     finite = ~(nan_got | nan_exp)
     max_abs = error[finite].max().item() if finite.any() else float("nan")
-    max_rel = (error / exp_d.abs().clamp_min(1e-300))[finite].max().item() if finite.any() else float("nan")
+    relative = finite & (exp_d != 0)  # an error relative to an exact 0 says nothing
+    max_rel = f"{(error / exp_d.abs())[relative].max().item():.3g}" if relative.any() else "n/a"
     details = (
         f"  first mismatch at index {first}: expected {exp_d[first].item():.6g}, got {got_d[first].item():.6g}\n"
         f"  {int(bad.sum())} of {bad.numel()} elements differ; max abs error {max_abs:.3g}, "
-        f"max rel error {max_rel:.3g} (allowed: atol={atol:g}, rtol={rtol:g} for {expected.dtype})"
+        f"max rel error {max_rel} (allowed: atol={atol:g}, rtol={rtol:g} for {expected.dtype})"
     )
     if nan_got.any() and not nan_exp.any():
-        details += "\n  your result contains NaN where the reference has none"
+        details += ("\n  your result contains NaN where the reference has none: look for inf / inf, inf - inf or "
+                    "0 * inf in an intermediate (exp of a large number overflows to inf)")
     if expected.numel() <= SHOWN_ELEMENTS:
         details += f"\n  expected: {exp_d.cpu().tolist()}\n  got:      {got_d.cpu().tolist()}"
     fail(exercise, f"wrong values in {name}", inputs, details)

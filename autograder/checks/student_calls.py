@@ -25,7 +25,8 @@ class _TimeLimit(BaseException):
 
 
 class UsedAnswerKey(BaseException):
-    """Raised when student code calls one of the grader's answer keys (`autograder.grader.keys`)."""
+    """Raised when student code calls one of the grader's answer keys (`autograder.grader.keys`), or a
+    grading helper that is one line from an answer; its message names what was called."""
 
 
 _running = threading.local()  # per thread: trusted grading's in-process kernel answers in a thread of its own
@@ -141,7 +142,8 @@ def _qualified(thing) -> str:
 
 @contextlib.contextmanager
 def forbidden(exercise, *things, inputs=None):
-    """Fail the exercise if the block calls any of `things` (PyTorch features it must rebuild).
+    """Fail the exercise if the block calls any of `things` (PyTorch's or the course's versions of
+    what it must build).
 
     A profile hook watches every Python call, so `from torch.amp import GradScaler` bound
     before grading, a subclass or an alias are all caught; the block runs to its end first.
@@ -155,8 +157,8 @@ def forbidden(exercise, *things, inputs=None):
             used.append(by_code[frame.f_code])
 
     def report():
-        fail(exercise, f"called {_qualified(used[0])}: this exercise asks you to build that yourself, "
-                        "not to call PyTorch's version", inputs)
+        fail(exercise, f"called {_qualified(used[0])}: this exercise asks you to build that yourself "
+                        "rather than call it", inputs)
 
     previous = sys.getprofile()
     sys.setprofile(watch)
@@ -201,7 +203,7 @@ def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=F
         fail(exercise, "called autograd (backward, torch.autograd.grad or torch.func); "
                         "this exercise asks you to compute the derivative yourself", inputs)
     except UsedAnswerKey as used:
-        fail(exercise, f"called the course's answer key ({used}): write your own implementation", inputs)
+        fail(exercise, f"called {used}: write your own implementation", inputs)
     except _TimeLimit:
         fail(exercise, f"did not return within {time_limit:g} s: is there a loop that never ends?", inputs)
     except GradingError:
@@ -210,11 +212,11 @@ def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=F
         fail(exercise, f"raised {type(err).__name__}: {err}", inputs)
 
 
-def input_change(fn, *args) -> float:
-    """Call `fn(*args)`; return the largest change it made to a tensor argument (inf for NaN).
+def run_input_change(fn, *args) -> float:
+    """Driver: call `fn(*args)`; return the largest change it made to a tensor argument (inf for NaN).
 
-    A driver: pass it to `call_student` with the student's function as its first argument, so it
-    runs wherever the student's code runs (in trusted grading, the kernel).
+    Pass it to `call_student` with the student's function as its first argument, so it runs
+    wherever the student's code runs (in trusted grading, the kernel).
     """
     before = [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
     fn(*args)
@@ -224,7 +226,7 @@ def input_change(fn, *args) -> float:
 
 
 def run_cases(exercise, student_fn, cases, options) -> dict:
-    """A driver: the student's function on every case, each through `call_student`, stopping at
+    """Driver: the student's function on every case, each through `call_student`, stopping at
     the first failure. One call of it, in trusted grading, is one trip to the kernel."""
     results = []
     for case in cases:

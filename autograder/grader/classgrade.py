@@ -27,7 +27,7 @@ from nbgrader.api import Gradebook, MissingEntry
 
 from autograder.grader import isolation, recording, sanitize, submissions, trusted
 from autograder.grader.nbgrader_run import nbgrader_runner, with_scripts_on_path
-from autograder.grader.sandbox import Limits, run_notebook
+from autograder.grader.sandbox import Limits, run_notebook, thread_pool
 
 WORKER_MEMORY_MB = 3072  # the grader's side of a worker (trusted test cells); kernels have their own limit
 
@@ -70,16 +70,18 @@ def prepare(root: pathlib.Path, sub: submissions.Submission, source) -> tuple:
     return sanitize.restore(nb, source)
 
 
-def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=()) -> dict:
+def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=(), answer_key=None) -> dict:
     """Run on a worker: execute one sanitized notebook in a sandbox, in a private folder.
 
     `trusted_names`: for a notebook graded in trusted mode, the names its answers define;
-    `hidden`: paths the kernel must not see (where it can be isolated, see autograder/grader/isolation.py).
+    `hidden`: paths the kernel must never reach (see autograder/grader/isolation.py); `answer_key`
+    (plain mode only): the notebook's answer key, which its hidden tests load in the kernel.
     Every output is capped before the notebook leaves the worker.
     """
     nb = nbformat.reads(nb_json, as_version=4)
     began = time.monotonic()
-    problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden)
+    problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden, answer_key=answer_key,
+                            pool=thread_pool())  # the worker's next kernel starts while this one runs
     recording.bound_outputs(nb)
     return {"notebook": nbformat.writes(nb), "problems": [(i, recording.capped(p)) for i, p in problems],
             "seconds": time.monotonic() - began}
@@ -195,6 +197,7 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
 
     limits = limits or Limits()
     run = run or nbgrader_runner(root)
+    isolation.require(limits.unsandboxed)  # no sandbox: stop before anything runs, unless explicitly accepted
     outcomes, zip_ids, problems = {}, {}, []
     clock = Phases()
     with BackgroundClient(workers, scheduler, worker_memory_mb) as background:
@@ -210,19 +213,17 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
             with clock("record submissions not graded"):
                 for key, reason in blocked.items():
                     _record(recorder, outcomes, key, reason=reason)
-            with clock("check kernel isolation"):
-                names_of = {name: None if plain else trusted_names(root, name) for name in names}
-                hidden = [str(p) for p in isolation.secrets_of(root)]
-                if jobs and not isolation.available():
-                    print("note: kernels run as this user and can read what it can (solutions, gradebook); "
-                          "grade as root on Linux to isolate them (see README)", file=sys.stderr)
+            names_of = {name: None if plain else trusted_names(root, name) for name in names}
+            hidden = [str(p) for p in isolation.secrets_of(root)]
+            keys = {name: str(key) if plain and (key := root / "solutions" / name / "answer_key.py").is_file()
+                    else None for name in names}
             futures = {}
             if jobs:
                 with clock("wait for the cluster to start"):
                     client = background.get()
                 for key, nb, notes in jobs:
                     future = client.submit(execute_submission, nbformat.writes(nb), dataclasses.asdict(limits),
-                                           names_of[key[1]], hidden, pure=False)
+                                           names_of[key[1]], hidden, keys[key[1]], pure=False)
                     futures[future] = (key, nb, notes)
             bar = tqdm(total=len(futures), unit="notebook", desc="grading", disable=not progress, file=sys.stdout)
             with clock("run notebooks (parallel), recording each as it returns"):

@@ -91,7 +91,8 @@ def grade(args) -> int:
     root = args.root.resolve()
     names = args.notebooks or assignments(root)
     limits = Limits(cell_seconds=args.cell_seconds, submission_seconds=args.submission_seconds,
-                    memory_mb=args.memory_mb, threads=max(1, (os.cpu_count() or 1) // args.workers))
+                    memory_mb=args.memory_mb, threads=max(1, (os.cpu_count() or 1) // args.workers),
+                    unsandboxed=args.unsandboxed)
     began = time.monotonic()
     result = classgrade.grade_class(root, names, workers=args.workers, scheduler=args.scheduler, limits=limits,
                                     zips=args.zips, progress=not args.quiet, plain=args.plain,
@@ -133,6 +134,9 @@ def main(argv=None) -> int:
     gr.add_argument("--plain", action="store_true",
                     help="run test cells in the student's kernel, as nbgrader does, even for notebooks "
                          "that support trusted grading")
+    gr.add_argument("--unsandboxed", action="store_true",
+                    help="grade even where kernels cannot be sandboxed (no bubblewrap, not Linux): students' "
+                         "code then runs as you, with your files and network; never for untrusted submissions")
     args = parser.parse_args(argv)
     if args.command == "grade":
         return grade(args)

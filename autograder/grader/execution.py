@@ -9,6 +9,7 @@ import time
 from queue import Empty
 
 from nbclient import NotebookClient
+from nbclient.util import run_sync
 
 POLL_SLICE_S = 0.25
 
@@ -37,6 +38,10 @@ class SteadyClientMixin:
         kc = await super().async_start_new_kernel_client()
         poll_in_slices(kc.shell_channel)
         return kc
+
+    # nbclient binds its synchronous version (used by `setup_kernel`) to its own coroutine at class
+    # creation: bind it again here, or the sliced poll would be skipped there.
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
 
 
 class SteadyNotebookClient(SteadyClientMixin, NotebookClient):

@@ -1,82 +1,77 @@
-"""Keep a submission's kernel away from the grader's files and from other submissions.
+"""Each submission's kernel in a sandbox of its own, and what the grader shares with it.
 
-When the grader runs as root on Linux (a container, CI, a grading server), every kernel is
-started by `autograder.grader.jail`: in a mount namespace of its own, where the course's secrets
-(solutions, hidden tests, the gradebook, other students' work) are covered by empty mounts, as
-a fresh user id with no groups, in a working folder only it can enter. So a kernel can neither
-read nor write them, and kernels of different students cannot see each other. Elsewhere a
-kernel runs as the grader's own user and can reach whatever that user can: the README says so.
+A `Sandbox` is one kernel's world (built by `autograder.grader.bubblewrap`): a user of its own
+(a fresh uid when the grader is root), an allow-listed environment and filesystem, no network,
+and one folder it shares with the grader (`Exchange`): the kernel's connection file, the Unix
+sockets it talks through (Jupyter's IPC transport: there is no network inside) and the files of
+trusted-grading calls. The grader owns that folder; the kernel may write only the files made
+for it and its socket folder. `SandboxedKernelManager` starts a kernel in a sandbox; when the
+kernel ends, everything it started ends with it, and `Sandbox.leftovers` checks that.
 
-Files the grader and a kernel exchange live in a folder the grader owns (`Exchange`): a kernel
-can read and answer the calls meant for it, but cannot plant links or swap files there.
+Where no sandbox can start (not Linux, no bubblewrap, user namespaces refused), grading stops
+and says why (`require`), unless the instructor accepts unsandboxed grading explicitly.
 """
-import functools
-import json
+import contextlib
 import os
 import pathlib
 import secrets
 import shutil
-import subprocess
+import signal
 import sys
 import tempfile
+import time
 
+import psutil
+import zmq
 from jupyter_client.manager import AsyncKernelManager
 
-# Top-level entries of a course directory that a kernel must not read or write.
+from autograder.grader import bubblewrap
+
+# Top-level entries of a course directory that a kernel must never reach (none is on the sandbox's
+# allow-list; a plan that would expose one is refused, see bubblewrap.refused).
 SECRETS = ("solutions", "source", "submitted", "autograded", "feedback", "reports", "tests", ".git",
            "gradebook.db", "grades.csv")
 FIRST_UID, LAST_UID = 1_000_000, 2_000_000_000  # far above any real account's id
+HOME = f"/home/{bubblewrap.SANDBOX_USER}"  # the kernel's working folder, inside its sandbox
+# The grader's variables a kernel may see (everything else, tokens and passwords included, stays out).
+PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "COURSE_DEVICE", "COURSE_PLAIN_QUIZ", "CUDA_VISIBLE_DEVICES",
+                  "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+                  "PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG")
+UNSANDBOXED_WARNING = """
+!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
+!! GRADING WITHOUT A SANDBOX (--unsandboxed): students' code runs as you, with your network,  !!
+!! files and processes. It can read the solutions, change the gradebook and outlive grading.  !!
+!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
+"""
+
+
+class SandboxUnavailable(RuntimeError):
+    """Kernels cannot be sandboxed here, and unsandboxed grading was not asked for."""
+
+
+def stop_message(why) -> str:
+    return (f"Grading stopped: {why}.\nStudents' code must not run outside a sandbox. "
+            "To grade anyway, unsandboxed, pass --unsandboxed (the code then runs as you).")
+
+
+def problem() -> str | None:
+    """Why kernels cannot be sandboxed here (with what to do), or None."""
+    return bubblewrap.problem()
 
 
 def available() -> bool:
-    """Whether kernels can be jailed here: root on Linux, and a trial kernel-less jail works."""
-    return sys.platform == "linux" and os.geteuid() == 0 and _trial_jail_works()
+    return problem() is None
 
 
-def fresh_uid() -> int:
-    """A user id no account and no other kernel uses; it needs no entry in /etc/passwd."""
-    return FIRST_UID + secrets.randbelow(LAST_UID - FIRST_UID)
-
-
-def _needed_paths() -> set:
-    """Where this Python, its libraries and the autograder package live."""
-    paths = {sys.executable, sys.prefix, sys.base_prefix, str(pathlib.Path(__file__).parent), *sys.path}
-    return {os.path.realpath(p) for p in paths if p and os.path.exists(p)}
-
-
-def reachable_plan() -> dict:
-    """{folder others cannot enter: [its entries a kernel needs]}, for `autograder.grader.jail`."""
-    plan = {}
-    for path in _needed_paths():
-        parts = pathlib.PurePath(path).parts
-        for depth in range(2, len(parts)):
-            folder = os.path.join(*parts[:depth])
-            if not os.stat(folder).st_mode & 0o001:
-                plan.setdefault(folder, set()).add(parts[depth])
-                break
-    return {folder: sorted(entries) for folder, entries in plan.items()}
-
-
-def jail_plan(uid, hidden=()) -> dict:
-    return {"uid": uid, "hide": [str(p) for p in hidden], "reach": reachable_plan()}
-
-
-def jailed(command, plan) -> list:
-    """The kernel command, started through jail.py: run as a script, with the standard library only
-    (-I -S), so that the launcher does not import the package (and torch) before the kernel does."""
-    return [sys.executable, "-I", "-S", str(pathlib.Path(__file__).with_name("jail.py")), json.dumps(plan), "--", *command]
-
-
-@functools.cache
-def _trial_jail_works() -> bool:
-    with tempfile.TemporaryDirectory() as folder:
-        os.chmod(folder, 0o777)
-        probe = jailed([sys.executable, "-c", "import autograder.checks"], jail_plan(fresh_uid()))
-        done = subprocess.run(probe, cwd=folder, capture_output=True, text=True)
-    if done.returncode != 0:
-        print(f"note: kernels cannot be isolated here, so they run as this user:\n{done.stderr[-500:]}",
+def require(unsandboxed=False) -> None:
+    """Before grading: exit with why and what to do unless kernels can be sandboxed here; with
+    `unsandboxed` (the instructor's explicit choice), go on after a loud warning."""
+    why = problem()
+    if unsandboxed:
+        print(UNSANDBOXED_WARNING + (f"(and here no sandbox could start anyway: {why})" if why else ""),
               file=sys.stderr)
-    return done.returncode == 0
+    elif why is not None:
+        raise SystemExit(stop_message(why))
 
 
 def secrets_of(root: pathlib.Path) -> list:
@@ -84,35 +79,50 @@ def secrets_of(root: pathlib.Path) -> list:
     return [root / name for name in SECRETS if (root / name).exists()]
 
 
-def prepare_workdir(workdir, uid) -> None:
-    """Give the kernel's working folder to its user, closed to everyone else."""
-    if uid is not None:
-        os.chown(workdir, uid, uid)
-        os.chmod(workdir, 0o700)
+def fresh_uid() -> int:
+    """A user id no account and no other kernel uses; it needs no entry in /etc/passwd."""
+    return FIRST_UID + secrets.randbelow(LAST_UID - FIRST_UID)
 
 
-def kernel_env(env: dict, workdir) -> dict:
-    """Home and cache folders inside the kernel's own working folder."""
-    home = pathlib.Path(workdir)
-    return {**env, "HOME": str(home), "IPYTHONDIR": str(home / ".ipython"),
-            "MPLCONFIGDIR": str(home / ".matplotlib"), "XDG_CACHE_HOME": str(home / ".cache")}
+def kernel_env(workdir, threads=1, course_root=None) -> dict:
+    """The kernel's whole environment: a few of the grader's variables (`PASSED_THROUGH`), the
+    math libraries held to `threads`, home and caches in the working folder."""
+    env = {name: os.environ[name] for name in PASSED_THROUGH if name in os.environ}
+    scripts = os.path.dirname(sys.executable)
+    env.update(PATH=f"{scripts}:/usr/local/bin:/usr/bin:/bin", HOME=str(workdir), TMPDIR="/tmp",
+               USER=bubblewrap.SANDBOX_USER, LOGNAME=bubblewrap.SANDBOX_USER, LANG=env.get("LANG", "C.UTF-8"),
+               IPYTHONDIR=f"{workdir}/.ipython", MPLCONFIGDIR=f"{workdir}/.matplotlib",
+               XDG_CACHE_HOME=f"{workdir}/.cache", COURSE_PROGRESS=f"{workdir}/.backprop-course/progress.json",
+               PYTHONDONTWRITEBYTECODE="1", PYDEVD_DISABLE_FILE_VALIDATION="1", JUPYTER_PLATFORM_DIRS="1",
+               NBGRADER_EXECUTION="autograde")  # as nbgrader sets it: notebooks can tell they are being graded
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[name] = str(threads)
+    if course_root is not None:
+        env["COURSE_ROOT"] = str(course_root)
+    return env
 
 
 class Exchange:
-    """A folder the grader owns, for connection files and call requests and answers.
+    """A folder the grader owns, shared with one kernel: connection file, sockets, calls, answers.
 
-    Names are random and files are created with O_EXCL | O_NOFOLLOW, so nothing a submission
-    prepares in advance can redirect a write of the grader's.
+    Names are random and files are created with O_EXCL | O_NOFOLLOW, so nothing a kernel prepares
+    can redirect a write of the grader's; the grader reads what a kernel wrote with bounds
+    (`autograder.grader.trusted.read_answer`). With `uid` (the kernel's user, when the grader is
+    root) the kernel may open the folder but not list or change it, and write only its own files.
     """
 
     def __init__(self, uid=None):
         self.uid = uid
-        self.folder = pathlib.Path(tempfile.mkdtemp(prefix="course-exchange-"))
-        self.folder.chmod(0o711 if uid is not None else 0o700)  # kernels may open, not list
+        self.folder = pathlib.Path(tempfile.mkdtemp(prefix="course-sandbox-"))
+        self.folder.chmod(0o711 if uid is not None else 0o700)
+        self.sockets = self.folder / "ipc"
+        self.sockets.mkdir(mode=0o700)
+        if uid is not None:
+            os.chown(self.sockets, uid, uid)
 
-    def new_file(self, suffix, data=b"", for_kernel=False) -> pathlib.Path:
+    def new_file(self, suffix, data=b"", for_kernel=False, name=None) -> pathlib.Path:
         """A new file with `data`; `for_kernel`: owned by the kernel's user, so it can write it."""
-        path = self.folder / f"{secrets.token_hex(16)}{suffix}"
+        path = self.folder / (name or f"{secrets.token_hex(16)}{suffix}")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -124,18 +134,111 @@ class Exchange:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-class IsolatedKernelManager(AsyncKernelManager):
-    """Starts the kernel through `autograder.grader.jail` with `plan` (or plainly without one), with
-    its connection file in `exchange`."""
+class Sandbox:
+    """One kernel's sandbox: its user, its shared folder, its working folder and its plan.
 
-    def __init__(self, *args, plan=None, exchange=None, **kwargs):
+    `sandboxed=False` (the instructor's explicit choice) starts the kernel as the grader's user, in
+    a private temporary folder, with the same allow-listed environment and nothing else.
+    `answer_key` (plain mode only): the one answer-key file the kernel may read.
+    """
+
+    def __init__(self, limits, sandboxed=True, answer_key=None, hidden=()):
+        self.sandboxed = sandboxed
+        self.uid = fresh_uid() if sandboxed and os.geteuid() == 0 else None
+        self.exchange = Exchange(self.uid)
+        self.workdir = HOME if sandboxed else tempfile.mkdtemp(prefix="submission-")
+        course_root = pathlib.Path(answer_key).resolve().parents[2] if answer_key else None
+        self.env = kernel_env(self.workdir, limits.threads, course_root)
+        self.namespace = None
+        for name, text in bubblewrap.user_files(self.uid).items():
+            self.exchange.new_file("", text.encode(), name=name)
+        self.plan = bubblewrap.Plan(
+            workdir=self.workdir, exchange=str(self.exchange.folder), env=self.env, uid=self.uid,
+            scratch_mb=limits.scratch_mb, processes=limits.processes, file_mb=limits.file_mb,
+            data_mb=2 * limits.memory_mb, readable=(str(answer_key),) if answer_key else (),
+            hidden=tuple(map(str, hidden)))
+
+    def command(self, kernel_cmd) -> list:
+        if not self.sandboxed:
+            return kernel_cmd
+        return bubblewrap.command(self.plan, kernel_cmd, plain_keys=bool(self.plan.readable))
+
+    def note_namespace(self, pid) -> None:
+        """Remember the PID namespace of the sandbox started as process `pid` (bwrap's child is its
+        init). Never the grader's own: `leftovers` would then take every process for the sandbox's."""
+        own = os.readlink("/proc/self/ns/pid")
+        deadline = time.monotonic() + 5
+        while self.sandboxed and self.namespace is None and time.monotonic() < deadline:
+            with contextlib.suppress(psutil.Error, OSError):
+                children = psutil.Process(pid).children()
+                if children:
+                    namespace = os.readlink(f"/proc/{children[0].pid}/ns/pid")
+                    if namespace == own:
+                        raise RuntimeError("the kernel's sandbox has no PID namespace of its own")
+                    self.namespace = namespace
+                    return
+            time.sleep(0.005)
+
+    def leftovers(self) -> list:
+        """Processes of this sandbox still alive (its own user's, or in its own PID namespace);
+        never this process or its parents."""
+        found, spared = [], {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+        for process in psutil.process_iter(["uids", "status"]):
+            if process.pid in spared:
+                continue
+            with contextlib.suppress(psutil.Error, OSError):
+                if process.info["status"] == psutil.STATUS_ZOMBIE:
+                    continue
+                mine = self.uid is not None and process.info["uids"].real == self.uid
+                if not mine and self.namespace is not None:
+                    mine = os.readlink(f"/proc/{process.pid}/ns/pid") == self.namespace
+                if mine:
+                    found.append(process)
+        return found
+
+    def end(self, patience=3.0) -> int:
+        """After the kernel: wait briefly for its processes to be gone, kill any left; return how many were."""
+        deadline = time.monotonic() + patience
+        left = self.leftovers() if self.sandboxed else []
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = self.leftovers()
+        for process in left:
+            with contextlib.suppress(psutil.Error, OSError):
+                process.send_signal(signal.SIGKILL)
+        self.exchange.remove()
+        if not self.sandboxed:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return len(left)
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """A kernel manager whose kernel starts in `sandbox` and talks through Unix sockets there.
+    Its clients drop (never read) a kernel message over `message_bytes`."""
+
+    def __init__(self, *args, sandbox, message_bytes=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.plan, self.exchange = plan, exchange
-        if exchange is not None:
-            self.connection_file = str(exchange.folder / f"kernel-{secrets.token_hex(16)}.json")
+        self.sandbox, self.message_bytes = sandbox, message_bytes
+        self.transport = "ipc"
+        self.connection_file = str(sandbox.exchange.folder / "kernel.json")
+        self.ip = str(sandbox.exchange.sockets / "k")
+
+    def client(self, **kwargs):
+        kc = super().client(**kwargs)
+        if self.message_bytes:  # applies to the channels' sockets, all made after this
+            kc.context.setsockopt(zmq.MAXMSGSIZE, self.message_bytes)
+        return kc
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
-        if self.plan is not None:
-            os.chown(self.connection_file, self.plan["uid"], self.plan["uid"])
-            kernel_cmd = jailed(kernel_cmd, self.plan)
-        return await super()._async_launch_kernel(kernel_cmd, **kw)
+        uid = self.sandbox.uid
+        if uid is not None:
+            os.chown(self.connection_file, uid, uid)
+        kw["env"] = {"PATH": "/usr/bin:/bin"} if self.sandbox.sandboxed else self.sandbox.env
+        kw["cwd"] = str(self.sandbox.exchange.folder) if self.sandbox.sandboxed else self.sandbox.workdir
+        launched = await super()._async_launch_kernel(self.sandbox.command(kernel_cmd), **kw)
+        try:
+            self.sandbox.note_namespace(self.provisioner.process.pid)
+        except BaseException:
+            self.provisioner.process.kill()
+            raise
+        return launched

@@ -76,7 +76,8 @@ def _refuse_inside_student_code(fn, label):
 
 def answer(thing):
     """Mark a function or class of an answer key: it refuses to run inside a student call."""
-    label = f"{pathlib.Path(inspect.getfile(thing)).parent.name}/{FILE_NAME}: {thing.__qualname__}"
+    notebook = pathlib.Path(inspect.getfile(thing)).parent.name
+    label = f"the course's answer key ({notebook}/{FILE_NAME}: {thing.__qualname__})"
     if isinstance(thing, type):
         thing.__init__ = _refuse_inside_student_code(thing.__init__, label)
         return thing

@@ -1,64 +1,113 @@
 """Run a submitted notebook so that nothing it does can stop the grading of anything else.
 
-A submission may loop forever (even ignoring interrupts), exit its kernel (`os._exit`), eat all
-memory or flood its output. nbclient alone would hang, stop at the first dead kernel or keep
-every byte. Here a cell that runs too long or kills its kernel gets an error output that says
-why (nbgrader scores it 0), the kernel is replaced, the cells that ran before it are replayed to
-rebuild the student's definitions, and execution goes on with the next cell.
+Each kernel runs in a sandbox (`autograder.grader.isolation`, built with bubblewrap): no network,
+its own processes (all ended with it), an allow-listed filesystem and environment, limits on
+processes, file size and memory. A submission may loop forever (even ignoring interrupts), exit
+its kernel (`os._exit`), eat all memory or flood its output. nbclient alone would hang, stop at
+the first dead kernel or keep every byte. Here a cell that runs too long or kills its kernel gets
+an error output that says why (nbgrader scores it 0), the kernel is replaced, the cells that ran
+before it are replayed to rebuild the student's definitions (within the submission's own time
+limit), and execution goes on with the next cell. Everything stored in the notebook is capped.
 """
+import atexit
 import contextlib
 import dataclasses
 import io
-import os
 import subprocess
-import tempfile
+import sys
 import threading
 import time
 
 import nbformat
 import psutil
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import run_sync
 from nbgrader import utils
 
 from autograder.grader import isolation, trusted
 from autograder.grader.execution import SteadyNotebookClient
 
+MESSAGE_CHARS = 10_000  # an error message stored in a notebook (and so in scores.csv) is cut here
+NAME_CHARS = 200  # an error's name
+MESSAGE_BYTES = 32 * 2**20  # a kernel message larger than this is dropped before the grader reads it
+HISTORY = ("--HistoryManager.hist_file=:memory:",)  # as nbclient starts kernels: no history file
+
 
 @dataclasses.dataclass
 class Limits:
-    """What one submission may use. Seconds are wall time; memory is the kernel's resident set."""
+    """What one submission may use. Seconds are wall time (fractions allowed); memory is what its
+    processes hold together; `scratch_mb` is the size of each of its in-memory folders (working
+    folder, /tmp, /dev/shm); `unsandboxed` runs kernels without a sandbox (an explicit choice)."""
     cell_seconds: float = 60.0
     submission_seconds: float = 900.0
     memory_mb: int = 4096
     output_chars: int = 100_000
     threads: int = 1
+    processes: int = 256
+    file_mb: int = 256
+    scratch_mb: int = 256
+    unsandboxed: bool = False
+
+
+def capped(text, limit=MESSAGE_CHARS) -> str:
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}\n[... {len(text) - limit:,} more characters cut]"
 
 
 def error_output(ename, evalue):
+    ename, evalue = capped(ename, NAME_CHARS), capped(evalue)
     return nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
 
 
 class SandboxClient(SteadyNotebookClient):
-    """nbclient with a cap on how much output one cell may keep, whose kernel may be jailed."""
+    """nbclient with a sandboxed kernel, a time budget per cell (fractions of a second allowed),
+    and caps on what a cell may store: its outputs, its error messages, display updates."""
 
     output_chars = 100_000
-    jail_plan = None  # how autograder.grader.jail isolates the kernel, or None to start it plainly
-    exchange = None  # the isolation.Exchange that holds the connection file
+    sandbox = None  # the isolation.Sandbox its kernel runs in
+    new_sandbox = None  # makes a sandbox for a kernel of its own
+    pool, pool_key = None, None  # where a kernel started ahead may wait (KernelPool)
+    # A cell whose output stops arriving (a message over MESSAGE_BYTES is dropped) fails, never
+    # passes silently; the kernel is then replaced, with fresh connections.
+    raise_on_iopub_timeout = True
+    iopub_timeout = 10
 
     def create_kernel_manager(self):
-        self.km = isolation.IsolatedKernelManager(kernel_name=self.kernel_name, config=self.config,
-                                                  plan=self.jail_plan, exchange=self.exchange)
+        """A kernel started ahead in the pool if there is one (nbclient then only connects), else a new one."""
+        self.km = self.pool.take(self.pool_key) if self.pool is not None else None
+        if self.km is None:
+            self.km = _new_manager(self.new_sandbox())
+        self.sandbox = self.km.sandbox
         return self.km
+
+    def budget(self, seconds):
+        """The next cell (or trusted grade cell, all its calls together) may run `seconds`."""
+        self.cell_seconds, self.cell_deadline = seconds, time.monotonic() + seconds
+        self.timeout_func = lambda cell: max(self.cell_deadline - time.monotonic(), 0.001)
 
     def printed(self, cell_index) -> int:
         """Characters of output the cell has sent so far, kept or not."""
         return getattr(self, "_kept", {}).get(cell_index, 0)
 
-    def output(self, outs, msg, display_id, cell_index):
-        size = len(str(msg["content"].get("text", ""))) + len(str(msg["content"].get("data", "")))
+    def _charge(self, cell_index, size) -> int:
         self._kept = getattr(self, "_kept", {})
         before = self._kept.get(cell_index, 0)
         self._kept[cell_index] = before + size
+        return before
+
+    def process_message(self, msg, cell, cell_index):
+        self._current_cell = cell_index
+        return super().process_message(msg, cell, cell_index)
+
+    def output(self, outs, msg, display_id, cell_index):
+        content = msg["content"]
+        if msg["msg_type"] == "error":  # always kept (it is the verdict), but capped
+            content.update(ename=capped(content.get("ename", ""), NAME_CHARS), evalue=capped(content.get("evalue", "")),
+                           traceback=[capped("\n".join(map(str, content.get("traceback", []))))])
+            self._charge(cell_index, sum(map(len, (content["ename"], content["evalue"], content["traceback"][0]))))
+            return super().output(outs, msg, display_id, cell_index)
+        size = len(str(content.get("text", ""))) + len(str(content.get("data", "")))
+        before = self._charge(cell_index, size)
         if before + size <= self.output_chars:
             return super().output(outs, msg, display_id, cell_index)
         if before <= self.output_chars:
@@ -66,9 +115,32 @@ class SandboxClient(SteadyNotebookClient):
             outs.append(nbformat.v4.new_output("stream", name="stdout", text=note))
         return None
 
+    def handle_comm_msg(self, outs, msg, cell_index):
+        """Widget messages are kept in memory: they count toward the cell's cap, and over it are dropped."""
+        size = len(str(msg["content"].get("data", ""))) + sum(len(b) for b in msg.get("buffers") or ())
+        if self._charge(cell_index, size) + size > self.output_chars:
+            return None
+        return super().handle_comm_msg(outs, msg, cell_index)
+
+    def _update_display_id(self, display_id, msg):
+        """An update rewrites every output with its display id: it is charged to the running cell
+        once per output it rewrites, and dropped where that is over the cell's cap."""
+        copies = sum(len(indices) for indices in self._display_id_map.get(display_id, {}).values())
+        size = len(str(msg["content"].get("data", ""))) * copies
+        cell = getattr(self, "_current_cell", None)
+        if cell is not None and self._charge(cell, size) + size > self.output_chars:
+            return None
+        return super()._update_display_id(display_id, msg)
+
 
 class MemoryWatch:
-    """Kill the kernel when its processes hold more than `limit_mb` of memory; remember why."""
+    """Kill the kernel when its processes hold more than `limit_mb` of memory; remember why.
+
+    The kernel is bubblewrap's child: every process of the sandbox descends from `pid`, double
+    forks and new sessions included (they are re-parented to the sandbox's own init). Resident
+    sizes are cheap to read but count memory that forked processes share once per process, so
+    where their sum is over the limit, the proportional sizes (shared pages split between their
+    sharers) decide; reading those is slow, so the watch then polls less often."""
 
     def __init__(self, pid, limit_mb, interval=0.1):
         self.pid, self.limit, self.interval = pid, limit_mb * 2**20, interval
@@ -76,24 +148,43 @@ class MemoryWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
-    def _rss(self, process):
+    @staticmethod
+    def _proportional(process) -> int:
         try:
-            return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
-        except psutil.Error:
-            return 0
+            with open(f"/proc/{process.pid}/smaps_rollup") as f:
+                return next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
+        except (OSError, StopIteration, ValueError):
+            return process.memory_info().rss
+
+    def _used(self, processes, exact) -> int:
+        total = 0
+        for p in processes:
+            with contextlib.suppress(psutil.Error):
+                total += self._proportional(p) if exact else p.memory_info().rss
+        return total
 
     def _watch(self):
         try:
             process = psutil.Process(self.pid)
         except psutil.Error:
             return
-        while not self._stop.wait(self.interval):
-            if self._rss(process) > self.limit:
+        interval = self.interval
+        while not self._stop.wait(interval):
+            try:
+                processes = [process, *process.children(recursive=True)]
+            except psutil.Error:
+                return
+            interval = self.interval
+            if self._used(processes, exact=False) <= self.limit:
+                continue
+            began = time.monotonic()
+            if self._used(processes, exact=True) > self.limit:
                 self.exceeded = True
-                with contextlib.suppress(psutil.Error):
-                    for p in [*process.children(recursive=True), process]:
+                for p in [*processes[1:], process]:
+                    with contextlib.suppress(psutil.Error):
                         p.kill()
                 return
+            interval = max(self.interval, 2 * (time.monotonic() - began))
 
     def __enter__(self):
         self._thread.start()
@@ -104,14 +195,71 @@ class MemoryWatch:
         self._thread.join()
 
 
-def kernel_env(limits):
-    """The kernel's environment: the grader's, with the math libraries held to `threads`."""
-    env = dict(os.environ)
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[name] = str(limits.threads)
-    env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
-    env["NBGRADER_EXECUTION"] = "autograde"  # as nbgrader sets it: notebooks can tell they are being graded
-    return env
+def _new_manager(sandbox):
+    return isolation.SandboxedKernelManager(kernel_name="python3", sandbox=sandbox, message_bytes=MESSAGE_BYTES)
+
+
+class KernelPool:
+    """Sandboxed kernels started ahead of need: while one notebook runs, the kernel for the next
+    one (or for a replacement after a crash) starts, so kernel start-up is off the critical path.
+
+    One spare per configuration (limits, answer key, hidden paths): a spare is a fresh sandbox
+    that no submission has touched. `preload`: modules a spare imports while it waits (e.g.
+    torch, the slowest import of every notebook), without binding any name the notebook sees.
+    Use a pool from one thread: bubblewrap ends a sandbox when the thread that started it ends
+    (`--die-with-parent`); `thread_pool()` gives each thread its own. Spares left at exit are
+    shut down.
+    """
+
+    def __init__(self, preload=()):
+        self._spares = {}
+        self.arguments = list(HISTORY)
+        if preload:
+            lines = [f"__import__('importlib').import_module({name!r}) and None" for name in preload]  # no `_`
+            self.arguments.append(f"--IPKernelApp.exec_lines={lines!r}")
+        atexit.register(self.close)
+
+    def take(self, key):
+        """A started kernel's manager for `key`, or None."""
+        km = self._spares.pop(key, None)
+        if km is not None and not run_sync(km.is_alive)():
+            self._discard(km)
+            return None
+        return km
+
+    def refill(self, key, new_sandbox):
+        """Start a kernel for `key` now (it boots while the caller goes on), unless one waits already."""
+        if key in self._spares:
+            return
+        km = _new_manager(new_sandbox())
+        try:
+            run_sync(km.start_kernel)(extra_arguments=self.arguments, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
+        except BaseException:
+            km.sandbox.end()
+            raise
+        self._spares[key] = km
+
+    @staticmethod
+    def _discard(km):
+        with contextlib.suppress(Exception):
+            run_sync(km.shutdown_kernel)(now=True)
+        km.sandbox.end()
+
+    def close(self):
+        while self._spares:
+            self._discard(self._spares.popitem()[1])
+
+
+_thread_pools = threading.local()
+
+
+def thread_pool() -> KernelPool:
+    """This thread's kernel pool (e.g. a Dask worker's): pass it to `run_notebook` as `pool`. Its
+    spares import torch while they wait (every notebook of the course imports it first)."""
+    if not hasattr(_thread_pools, "pool"):
+        _thread_pools.pool = KernelPool(preload=("torch",))
+    return _thread_pools.pool
 
 
 def _kernel_pid(client):
@@ -119,86 +267,122 @@ def _kernel_pid(client):
     return getattr(getattr(provisioner, "process", None), "pid", None)
 
 
-def _replay(client, nb, indices, seconds):
-    """Run earlier cells again on a fresh kernel to rebuild definitions, keeping their first outputs."""
-    client.timeout = seconds
+DEFAULT_LIMITS = Limits()
+
+
+def run_notebook(nb, limits=DEFAULT_LIMITS, trusted_names=None, hidden=(), answer_key=None, pool=None):
+    """Execute `nb` in place within `limits`, each kernel in a sandbox; return a list of
+    (cell index, problem) it met.
+
+    With `trusted_names` (the names the answers define), test cells run here in the grader's
+    process instead of the kernel, and reach student code only through calls sent to the kernel
+    (see autograder/grader/trusted.py). Otherwise (plain mode, nbgrader's way) the test cells run
+    in the kernel; `answer_key` is then the one file of the course (solutions/<nb>/answer_key.py)
+    that the kernel may read, as the hidden tests need it: plain mode trusts the kernel with the
+    hidden tests and that key. `hidden`: paths a kernel must never reach (the sandbox refuses to
+    start if its allow-list would expose one). With a `pool` (`KernelPool`), kernels are taken from
+    it where one was started ahead, and the next one is started as soon as a kernel is up.
+    Raises `isolation.SandboxUnavailable` where no sandbox can start, unless `limits.unsandboxed`.
+    """
+    if trusted_names is not None and answer_key is not None:
+        raise ValueError("trusted grading never shows the answer key to the kernel")
+    sandboxed = not limits.unsandboxed
+    if sandboxed and isolation.problem():
+        raise isolation.SandboxUnavailable(isolation.stop_message(isolation.problem()))
+
+    def new_sandbox():
+        return isolation.Sandbox(limits, sandboxed=sandboxed, answer_key=answer_key, hidden=hidden)
+
+    key = (dataclasses.astuple(limits), str(answer_key), tuple(map(str, hidden)))
+    return _run_cells(nb, limits, trusted_names, new_sandbox, pool, key)
+
+
+def _replay(client, nb, indices, deadline, limits) -> None:
+    """Run earlier cells again on a fresh kernel to rebuild definitions, keeping their first
+    outputs; the time this takes counts toward the submission's limit."""
     for index in indices:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        client.budget(min(limits.cell_seconds, remaining))
         original = nb.cells[index]
         with contextlib.suppress(CellTimeoutError, DeadKernelError):
             client.execute_cell(nbformat.from_dict(dict(original, outputs=[])), index)
         nb.cells[index] = original  # nbclient stores the copy it ran; keep what the student saw first
 
 
-def run_notebook(nb, limits=Limits(), trusted_names=None, hidden=()):
-    """Execute `nb` in place within `limits`, in a fresh private folder; return a list of
-    (cell index, problem) it met.
-
-    With `trusted_names` (the names the answers define), test cells run here in the grader's
-    process instead of the kernel, and reach student code only through calls sent to the kernel
-    (see autograder/grader/trusted.py). Where the grader is root on Linux, the kernel runs as a user of
-    its own that cannot see the `hidden` paths (see autograder/grader/isolation.py).
-    """
-    run_as = isolation.fresh_uid() if isolation.available() else None
-    plan = isolation.jail_plan(run_as, hidden) if run_as is not None else None
-    exchange = isolation.Exchange(run_as)
-    try:
-        with tempfile.TemporaryDirectory(prefix="submission-") as workdir:
-            isolation.prepare_workdir(workdir, run_as)
-            return _run_cells(nb, limits, workdir, trusted_names, plan, exchange)
-    finally:
-        exchange.remove()
+def _timed_out(client, limits, err) -> tuple:
+    """The name and message of a cell that ran out of time, or whose output stopped arriving."""
+    if "IOPub" in str(err) or "IOPub" in str(err.__cause__):
+        return "OutputLimit", (f"the cell's output stopped arriving: a message over {MESSAGE_BYTES // 2**20} MB "
+                               "is dropped (print less)")
+    if client.cell_seconds < limits.cell_seconds:
+        return "CellTimeLimit", (f"stopped after {client.cell_seconds:.3g} s: the submission used its whole "
+                                 f"{limits.submission_seconds:g} s")
+    return "CellTimeLimit", f"stopped after {limits.cell_seconds:g} s: does a loop never end?"
 
 
-def _run_cells(nb, limits, workdir, trusted_names, plan, exchange):
+def _run_cells(nb, limits, trusted_names, new_sandbox, pool, key):
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     deadline = time.monotonic() + limits.submission_seconds
-    env = isolation.kernel_env(kernel_env(limits), workdir)
     replayable, problems, position = [], [], 0
     while position < len(code):
-        client = SandboxClient(nb, timeout=limits.cell_seconds, allow_errors=True, interrupt_on_timeout=False,
-                               kernel_name="python3", resources={"metadata": {"path": str(workdir)}})
-        client.output_chars, client.jail_plan, client.exchange = limits.output_chars, plan, exchange
-        with client.setup_kernel(env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
-            with MemoryWatch(_kernel_pid(client), limits.memory_mb) as watch:
-                _replay(client, nb, replayable, limits.cell_seconds)
-                while position < len(code):
-                    index = code[position]
-                    position += 1
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        problem = f"not run: the submission used its whole {limits.submission_seconds:g} s"
-                        nb.cells[index].outputs = [error_output("SubmissionTimeLimit", problem)]
-                        problems.append((index, problem))
-                        continue
-                    client.timeout = min(limits.cell_seconds, remaining)
-                    graded_here = trusted_names is not None and utils.is_grade(nb.cells[index])
-                    try:
-                        if graded_here:
-                            _grade_here(client, nb, index, trusted_names, exchange)
-                        else:
-                            client.execute_cell(nb.cells[index], index)
-                    except (CellTimeoutError, trusted.KernelDied) as err:
-                        timed_out = isinstance(err, CellTimeoutError) or err.timed_out
-                        if timed_out:
-                            problem = f"stopped after {client.timeout:g} s: does a loop never end?"
-                            name = "CellTimeLimit"
-                        else:
-                            problem, name = _death(watch, limits), "KernelDied"
-                        nb.cells[index].outputs.append(error_output(name, problem))
-                        problems.append((index, problem))
-                        break
-                    except DeadKernelError:
-                        problem = _death(watch, limits)
-                        nb.cells[index].outputs.append(error_output("KernelDied", problem))
-                        problems.append((index, problem))
-                        break
-                    if not utils.is_grade(nb.cells[index]):
-                        replayable.append(index)
-                    elif client.printed(index) > limits.output_chars:
-                        problem = f"the cell printed {client.printed(index):,} characters; at most {limits.output_chars:,} are allowed"
-                        nb.cells[index].outputs.append(error_output("OutputLimit", problem))
-                        problems.append((index, problem))
+        client = SandboxClient(nb, allow_errors=True, interrupt_on_timeout=False, kernel_name="python3",
+                               shutdown_kernel="immediate", extra_arguments=list(HISTORY))
+        client.output_chars, client.new_sandbox, client.pool, client.pool_key = (limits.output_chars, new_sandbox,
+                                                                                 pool, key)
+        try:
+            with client.setup_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+                if pool is not None:
+                    pool.refill(key, new_sandbox)  # the next kernel boots while this one works
+                with MemoryWatch(_kernel_pid(client), limits.memory_mb) as watch:
+                    _replay(client, nb, replayable, deadline, limits)
+                    position = _run_until_a_kernel_ends(client, nb, code, position, deadline, limits, trusted_names,
+                                                        watch, replayable, problems)
+        finally:
+            left = client.sandbox.end() if client.sandbox is not None else 0
+        if left:
+            problem = f"{left} process(es) of the submission outlived its kernel and were killed"
+            print(f"warning: {problem}", file=sys.stderr)
+            problems.append((None, problem))
     return problems
+
+
+def _run_until_a_kernel_ends(client, nb, code, position, deadline, limits, trusted_names, watch, replayable, problems):
+    """Run cells from `position` until the notebook ends or the kernel has to be replaced; return
+    the position to go on from."""
+    while position < len(code):
+        index = code[position]
+        position += 1
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            problem = f"not run: the submission used its whole {limits.submission_seconds:g} s"
+            nb.cells[index].outputs = [error_output("SubmissionTimeLimit", problem)]
+            problems.append((index, problem))
+            continue
+        client.budget(min(limits.cell_seconds, remaining))
+        graded_here = trusted_names is not None and utils.is_grade(nb.cells[index])
+        try:
+            if graded_here:
+                _grade_here(client, nb, index, trusted_names)
+            else:
+                client.execute_cell(nb.cells[index], index)
+        except (CellTimeoutError, trusted.KernelDied, DeadKernelError) as err:
+            if isinstance(err, CellTimeoutError) or getattr(err, "timed_out", False):
+                name, problem = _timed_out(client, limits, err)
+            else:
+                problem, name = _death(watch, limits), "KernelDied"
+            nb.cells[index].outputs.append(error_output(name, problem))
+            problems.append((index, problem))
+            return position
+        if not utils.is_grade(nb.cells[index]):
+            replayable.append(index)
+        elif client.printed(index) > limits.output_chars:
+            problem = (f"the cell printed {client.printed(index):,} characters; "
+                       f"at most {limits.output_chars:,} are allowed")
+            nb.cells[index].outputs.append(error_output("OutputLimit", problem))
+            problems.append((index, problem))
+    return position
 
 
 def _death(watch, limits):
@@ -206,14 +390,16 @@ def _death(watch, limits):
             else "the cell ended the Python process (os._exit, a crash, or a signal)")
 
 
-def _grade_here(client, nb, index, names, exchange):
+def _grade_here(client, nb, index, names):
     """Run a test cell in this process; its verdict becomes the cell's output, as if it had run."""
     cell = nb.cells[index]
     cell.outputs = []
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        error = trusted.run_grade_cell(cell.source, names, trusted.Remote(client, nb, index, exchange))
+        remote = trusted.Remote(client, nb, index, client.sandbox.exchange)
+        error = trusted.run_grade_cell(cell.source, names, remote)
     if printed.getvalue():
-        cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=printed.getvalue()))
+        cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=capped(printed.getvalue(),
+                                                                                      client.output_chars)))
     if error is not None:
         cell.outputs.append(error_output(type(error).__name__, str(error)))

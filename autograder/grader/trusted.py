@@ -7,14 +7,20 @@ grader runs each test cell itself, in its own process. The student's names are s
 `call_student`, the call is sent to the kernel (`autograder.checks.kernel`), run there with the
 usual guards (time limit, no autograd, ...), and only data comes back: tensors, numbers, strings
 and containers of them, read with `torch.load(weights_only=True)`, so a
-submission cannot smuggle code into the grader. References, tolerances and hidden tests never
+submission cannot smuggle code into the grader. Nor can it hurt the grader with size: the
+answer's file is bounded before it is read (`read_answer`) and what it holds before anything
+copies it (`autograder.checks.boundary.check_bounds`). References, tolerances and hidden tests never
 enter the kernel. A notebook opts in with `metadata["course"]["trusted_grading"] = True` once its
 test cells touch student code only through `call_student`.
 """
 import ast
 import contextlib
 import functools
+import io
+import os
+import stat
 import types
+import zipfile
 
 import cloudpickle
 import nbformat
@@ -89,6 +95,34 @@ def state_holders(fn, args) -> list:
 
 
 
+def read_answer(path, bounds=boundary.BOUNDS):
+    """Load the answer a kernel wrote at `path`, refusing (`boundary.TooLarge`) anything that
+    could make the grader allocate without bound: not a regular file (a link, a FIFO, a device),
+    over `bounds.file_bytes`, not torch's zip format (the legacy format allocates what it claims),
+    compressed members, a structure over `bounds.structure_bytes`, then contents over the bounds."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise boundary.TooLarge("the answer is not a plain file")
+        if info.st_size > bounds.file_bytes:
+            raise boundary.TooLarge(f"the answer's file has {info.st_size:,} bytes (at most {bounds.file_bytes:,})")
+        data = f.read(bounds.file_bytes + 1)
+    if len(data) > bounds.file_bytes:
+        raise boundary.TooLarge(f"the answer's file has more than {bounds.file_bytes:,} bytes")
+    try:
+        members = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    except zipfile.BadZipFile:
+        raise boundary.TooLarge("the answer is not in torch's zip format") from None
+    if len(members) > 100_000 or any(m.compress_type != zipfile.ZIP_STORED for m in members):
+        raise boundary.TooLarge("the answer's file has compressed or too many members")
+    if any(m.filename.endswith("data.pkl") and m.file_size > bounds.structure_bytes for m in members):
+        raise boundary.TooLarge(f"the answer's structure is over {bounds.structure_bytes:,} bytes")
+    payload = torch.load(io.BytesIO(data), weights_only=True)
+    boundary.check_bounds(payload, bounds)
+    return payload
+
+
 class Remote:
     """Sends student calls to the kernel through an nbclient client, one code cell per call.
 
@@ -109,7 +143,8 @@ class Remote:
     def ask(self, request, response):
         """Have the kernel answer the request file into the response file."""
         try:
-            self._run(f"__import__('autograder.checks.kernel', fromlist=['serve']).serve({str(request)!r}, {str(response)!r})")
+            self._run(f"__import__('autograder.checks.kernel', fromlist=['serve'])"
+                      f".serve({str(request)!r}, {str(response)!r})")
         except (DeadKernelError, CellTimeoutError) as err:
             raise KernelDied(timed_out=isinstance(err, CellTimeoutError)) from err
 
@@ -121,17 +156,22 @@ class Remote:
         response = self.exchange.new_file(".out", for_kernel=True)
         try:
             self.ask(request, response)
-            payload = torch.load(response, weights_only=True)
+            payload = read_answer(response)
+        except boundary.TooLarge as err:
+            raise GradingError(f"{exercise}: the answer from your notebook is too large to grade: {err}") from None
         except (KernelDied, GradingError):
             raise
         except Exception as err:  # missing, or not plain data: the kernel did not answer honestly
-            raise GradingError(f"{exercise}: no readable answer came back from your notebook ({type(err).__name__})")
+            raise GradingError(f"{exercise}: no readable answer came back from your notebook "
+                               f"({type(err).__name__})") from None
         finally:
             for path in (request, response):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
+        if not isinstance(payload, dict) or not ("failure" in payload or {"result", "after"} <= payload.keys()):
+            raise GradingError(f"{exercise}: no readable answer came back from your notebook")
         if "failure" in payload:
-            raise GradingError(payload["failure"])
+            raise GradingError(str(payload["failure"]))
         try:
             for holder, state in zip(holders, payload["after"]):
                 boundary.apply_state(holder, state)

@@ -14,58 +14,18 @@ import urllib.parse
 
 import graphviz
 
+from autograder.learner.dot import parse_dot
+
 INSTALL_HINT = ("Graphviz's `dot` program is not installed, so the drawing cannot be rendered. "
                 "Install it (Debian/Ubuntu: `sudo apt-get install graphviz`; conda: "
                 "`conda install -c conda-forge graphviz`; macOS: `brew install graphviz`), then re-run "
                 "this cell. Meanwhile, here is the graph as text:")
 
-_ID = r'"(?:[^"\\]|\\.)*"|[^\s\[\];,"=-][^\s\[\];,"=]*'
-_EDGE = re.compile(rf"^\s*({_ID})(?::\S+)?\s*->\s*({_ID})(?::\S+)?\s*(\[.*\])?\s*;?\s*$", re.S)
-_NODE = re.compile(rf"^\s*({_ID})\s*(\[.*\])?\s*;?\s*$", re.S)
-_LABEL = re.compile(r'\blabel\s*=\s*("(?:[^"\\]|\\.)*"|<.*>|[^\s,\]]+)', re.S)
-_NOT_NODES = ("graph", "node", "edge", "subgraph", "digraph", "strict", "{", "}", "//", "#")
 LISTED = 3  # end points named in a description; the rest are counted
 
 
 def dot_available() -> bool:
     return shutil.which("dot") is not None
-
-
-def _unquote(name):
-    return name[1:-1].replace('\\"', '"') if name.startswith('"') else name
-
-
-def _label_text(attrs, name):
-    """A node's label as plain words: record fields and line breaks become commas."""
-    m = _LABEL.search(attrs or "")
-    if not m:
-        return name
-    text = _unquote(m.group(1))
-    text = re.sub(r"<[^>]*>", " ", text) if m.group(1).startswith("<") else text
-    text = re.sub(r"\\[nlr]|[{}|]", ", ", text)
-    text = ", ".join(part.strip() for part in text.split(",") if part.strip())
-    return text or name
-
-
-def graph_parts(graph: graphviz.Digraph):
-    """({node: label text}, [(tail, head), ...]) read from the graph's DOT statements."""
-    labels, edges = {}, []
-    for line in graph.body:
-        for statement in line.strip().split("\n"):
-            if not statement.strip() or statement.strip().startswith(_NOT_NODES):
-                continue
-            m = _EDGE.match(statement)
-            if m:
-                tail, head = _unquote(m.group(1)), _unquote(m.group(2))
-                edges.append((tail, head))
-                labels.setdefault(tail, tail)
-                labels.setdefault(head, head)
-                continue
-            m = _NODE.match(statement)
-            if m:
-                name = _unquote(m.group(1))
-                labels[name] = _label_text(m.group(2), name)
-    return labels, edges
 
 
 def _named(names, labels):
@@ -77,7 +37,8 @@ def _named(names, labels):
 
 def describe(graph: graphviz.Digraph) -> str:
     """One sentence on what a drawing shows: its size, direction, and where its arrows start and end."""
-    labels, edges = graph_parts(graph)
+    labels, edges = parse_dot(graph)
+    labels = {name: label or name for name, label in labels.items()}
     if not labels:
         return "An empty graph drawing."
     tails, heads = {t for t, _ in edges}, {h for _, h in edges}

@@ -4,6 +4,8 @@ PyTorch exposes no allocator statistics on the CPU, so the course counts what ba
 keep: the tensors autograd saves, seen through `torch.autograd.graph.saved_tensors_hooks`.
 That count means the same on a laptop and on a GPU. On CUDA, `measure` adds the allocator's
 peak and times with CUDA events, so the GPU figures sit beside the portable ones.
+`saved_values_by_name` reads the same thing from the other end: what one node of a finished
+graph keeps (notebook 04 prints and draws it, notebook 06's checks count it without hooks).
 """
 import contextlib
 import dataclasses
@@ -11,6 +13,28 @@ import time
 import weakref
 
 import torch
+
+FREED = "freed"  # what `saved_values_by_name` gives for a value that backward has already released
+
+
+def saved_values_by_name(node) -> dict:
+    """{name: value} for what one autograd node keeps for its backward, or FREED once released.
+
+    A generated node keeps each value as an attribute `_saved_<name>`: tensors (a Python number
+    operand, as in `x * 2.0`, is kept as a 0-d tensor), tuples of tensors, sizes, numbers; a tensor
+    that was not needed reads as None. A custom `torch.autograd.Function` keeps what its forward
+    passed to `ctx.save_for_backward`, under the name "saved_tensors".
+    """
+    names = [a for a in dir(node) if a.startswith("_saved_")]
+    if "saved_tensors" in dir(node):  # a custom torch.autograd.Function (hasattr would read it, and raise once freed)
+        names.append("saved_tensors")
+    saved = {}
+    for attr in names:
+        try:
+            saved[attr.removeprefix("_saved_")] = getattr(node, attr)
+        except RuntimeError:  # backward() already released it
+            saved[attr.removeprefix("_saved_")] = FREED
+    return saved
 
 
 class _Held:

@@ -1,101 +1,57 @@
-"""The learner's local progress file: every quiz attempt and visible-test run, appended, never lost.
+"""Your progress, as a notebook uses it: visible-test runs recorded and acknowledged, and the figure.
 
-The file lives at ``$COURSE_PROGRESS`` if set, else ``~/.backprop-course/progress.json``. It holds
-``attempts`` (quiz answers, see ``autograder.learner.quiz``; those given in a notebook's opening review
-also carry ``"review": <that notebook>``) and ``tests`` (one entry per run of a test cell, recorded
-by ``track_tests``). ``autograder.learner.progress_view.show()`` draws both.
+``track_tests(notebook)`` (in every notebook's set-up cell) records each run of a test cell, passed
+or failed, in the progress file (``autograder.learner.progress_file``, whose reading and writing
+functions this module also offers), and after a test cell passes prints one line that says so: a
+passing visible test prints nothing itself, and a learner could not tell a pass from a cell that did
+not run. ``show()`` draws everything recorded (``autograder.learner.progress_view``).
 """
-import datetime
-import json
 import os
-import pathlib
 import re
 
-ENV_VAR = "COURSE_PROGRESS"
-VERSION = 1
-LISTS = ("attempts", "tests")  # "tests" is optional: files from before it existed stay valid
+from autograder.learner.progress_file import (  # noqa: F401 - the storage's API, offered here too
+    ENV_VAR,
+    GRADING_ENV_VAR,
+    append,
+    attempts,
+    exercise_of,
+    learner_id,
+    load,
+    progress_path,
+    record,
+    test_runs,
+)
+
 MESSAGE_CHARS = 300  # of a failing test's message, kept for the progress view
 
-
-def progress_path() -> pathlib.Path:
-    custom = os.environ.get(ENV_VAR)
-    return pathlib.Path(custom) if custom else pathlib.Path.home() / ".backprop-course" / "progress.json"
-
-
-def _empty() -> dict:
-    return {"version": VERSION, "attempts": [], "tests": []}
-
-
-def load() -> dict:
-    """The saved progress; a damaged file is set aside (renamed), never overwritten."""
-    path = progress_path()
-    if not path.exists():
-        return _empty()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or not isinstance(data.get("attempts"), list):
-            raise ValueError("no list of attempts")
-        if not isinstance(data.setdefault("tests", []), list):
-            raise ValueError("'tests' is not a list")
-        return data
-    except ValueError as err:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        kept = path.with_name(f"{path.name}.damaged-{stamp}")
-        path.rename(kept)
-        print(f"Your progress file could not be read ({err}); it was kept as {kept} and a new one started.")
-        return _empty()
-
-
-def _append(key: str, entry: dict) -> None:
-    """Append one entry, writing a temporary file first so a crash cannot truncate the file."""
-    data = load()
-    data[key].append({**entry, "time": datetime.datetime.now().isoformat(timespec="seconds")})
-    path = progress_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    os.replace(temporary, path)
-
-
-def record(attempt: dict) -> None:
-    """Append one quiz attempt."""
-    _append("attempts", attempt)
-
-
-def attempts(notebook=None) -> list:
-    """Saved attempts, optionally only those of one notebook."""
-    return [a for a in load()["attempts"] if notebook is None or a.get("notebook") == notebook]
-
-
-# --- visible tests -------------------------------------------------------------------------------
 # Every grade cell of the course starts with a docstring that names its grade id,
 # '"""vjp_linear: (gx, gW, gb) for ..."""', and imports the autograder package.
 _TEST_CELL = re.compile(r'\A\s*[rRuU]?"""\s*([A-Za-z_][\w\-]*)\s*:')
-GRADING_ENV_VAR = "NBGRADER_EXECUTION"  # set by nbgrader while it autogrades or validates
 
 
 def grade_cell_id(source: str):
-    """The exercise a test cell checks (its grade id), or None for any other cell."""
+    """The grade id of a test cell, or None for any other cell."""
     m = _TEST_CELL.match(source or "")
     return m.group(1) if m and "autograder" in source else None
 
 
-def record_test(notebook: str, exercise: str, passed: bool, error: str = "", message: str = "") -> None:
-    """Append one run of a visible test: passed, or the error's type and the start of its message."""
-    entry = {"notebook": notebook, "exercise": exercise, "passed": bool(passed)}
+def record_test(notebook: str, cell: str, passed: bool, error: str = "", message: str = "") -> None:
+    """Append one run of a visible test cell (its grade id): passed, or the error's type and the
+    start of its message."""
+    entry = {"notebook": notebook, "exercise": exercise_of(cell), "cell": cell, "passed": bool(passed)}
     if not passed:
         entry.update(error=error, message=message[:MESSAGE_CHARS])
-    _append("tests", entry)
+    append("test", entry)
 
 
-def test_runs(notebook=None) -> list:
-    """Saved test runs, optionally only those of one notebook."""
-    return [t for t in load()["tests"] if notebook is None or t.get("notebook") == notebook]
+def pass_line(cell: str) -> str:
+    return f"✓ {cell}: the visible tests pass (hidden tests run when it is graded)"
 
 
 class _TestRecorder:
-    """An IPython ``post_run_cell`` callback that records the runs of test cells. It never raises and
-    never prints: its output would land in the test cell's output (stderr there scores 0 in nbgrader)."""
+    """An IPython ``post_run_cell`` callback: records the runs of test cells and, after a pass, prints
+    one line on stdout (the test cell's own output). It never raises and never writes to stderr (stderr
+    in a test cell scores 0 in nbgrader), and stays silent while nbgrader grades."""
 
     course_test_recorder = True  # how track_tests finds an earlier one, even from a reloaded module
 
@@ -104,13 +60,17 @@ class _TestRecorder:
 
     def __call__(self, result):
         try:
+            if os.environ.get(GRADING_ENV_VAR):
+                return
             source = getattr(getattr(result, "info", None), "raw_cell", "") or ""
-            exercise = grade_cell_id(source)
-            if exercise is None:
+            cell = grade_cell_id(source)
+            if cell is None:
                 return
             error = result.error_in_exec or result.error_before_exec
             message = str(error).strip().splitlines()[0] if error is not None and str(error).strip() else ""
-            record_test(self.notebook, exercise, error is None, type(error).__name__ if error else "", message)
+            if error is None:
+                print(pass_line(cell))
+            record_test(self.notebook, cell, error is None, type(error).__name__ if error else "", message)
         except Exception:  # noqa: BLE001 - a progress file that cannot be written must not break the cell
             pass
 

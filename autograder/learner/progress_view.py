@@ -1,11 +1,13 @@
 """Your progress as one figure: per notebook, quiz answers over time and the visible tests' results.
 
-``show()`` reads the progress file (``autograder.learner.progress``) and draws, for every notebook with
-anything recorded, a row of two plots: the share of quiz questions answered right per day (each
+``show()`` reads the progress file (``autograder.learner.progress_file``) and draws, for every notebook
+with anything recorded, a row of two plots: the share of quiz questions answered right per day (each
 question counted once per sitting, as the review schedule counts it, see ``autograder.learner.review``),
-and a grid of the exercises whose test cells you ran × your latest runs of each, passed or failed.
-The figure carries a text summary as its alt text. An exercise appears once its test cell has run
-with tracking on (``progress.track_tests(...)`` in the notebook's set-up cell).
+and a grid of the test cells you ran × your latest runs of each, passed or failed. The figure carries
+a text summary as its alt text. Counts are per *exercise*, a graded name: a notebook's test cells
+``freeze_all_but-flags`` and ``freeze_all_but-training`` are two cells of one exercise, which passes
+when the latest run of each of its cells passed. An exercise appears once one of its test cells has
+run with tracking on (``progress.track_tests(...)`` in the notebook's set-up cell).
 """
 import collections
 import datetime
@@ -15,7 +17,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from autograder.learner import plotting, progress, review
+from autograder.learner import plotting, progress_file, quiz_schema, review
 
 RUNS = 8  # latest runs drawn per exercise
 # colour, hatching and a symbol: each alone tells pass from fail (in greyscale, for colour blindness)
@@ -24,9 +26,9 @@ FAIL = {"facecolor": plotting.OKABE_ITO["vermillion"], "hatch": "///", "symbol":
 
 
 def summarise(data=None) -> dict:
-    """{notebook: {"days": [(date, right, answered), ...], "tests": {exercise: [passed, ...]}}},
+    """{notebook: {"days": [(date, right, answered), ...], "tests": {test cell: [passed, ...]}}},
     notebooks in course order, then any others by name; only those with something recorded."""
-    data = progress.load() if data is None else data
+    data = progress_file.load() if data is None else data
     days = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0]))
     for sitting in review.sittings(data.get("attempts", [])):
         try:
@@ -38,12 +40,24 @@ def summarise(data=None) -> dict:
         counts[1] += 1
     tests = collections.defaultdict(dict)
     for run in data.get("tests", []):
-        if isinstance(run, dict) and isinstance(run.get("notebook"), str) and isinstance(run.get("exercise"), str):
-            tests[run["notebook"]].setdefault(run["exercise"], []).append(bool(run.get("passed")))
-    course = review.course_notebooks()
+        if not isinstance(run, dict) or not isinstance(run.get("notebook"), str):
+            continue
+        cell = run.get("cell", run.get("exercise"))  # files from before "cell" existed named the cell "exercise"
+        if isinstance(cell, str):
+            tests[run["notebook"]].setdefault(cell, []).append(bool(run.get("passed")))
+    course = quiz_schema.course_notebooks()
     names = sorted(set(days) | set(tests), key=lambda n: (course.index(n) if n in course else len(course), n))
     return {n: {"days": sorted((d, right, total) for d, (right, total) in days[n].items()),
                 "tests": tests.get(n, {})} for n in names}
+
+
+def exercises_passing(tests: dict) -> dict:
+    """{exercise: whether the latest run of every test cell of it that has run passed}, in order."""
+    exercises = {}
+    for cell, runs in tests.items():
+        name = progress_file.exercise_of(cell)
+        exercises[name] = exercises.get(name, True) and runs[-1]
+    return exercises
 
 
 def describe(summary: dict) -> str:
@@ -58,7 +72,7 @@ def describe(summary: dict) -> str:
                          f"{round(100 * right / total)}% right on {day.isoformat()}")
         else:
             quiz_text = "no quiz answers yet"
-        latest = {exercise: runs[-1] for exercise, runs in s["tests"].items()}
+        latest = exercises_passing(s["tests"])
         if latest:
             failing = [e for e, passed in latest.items() if not passed]
             test_text = (f"visible tests pass for {len(latest) - len(failing)} of the {len(latest)} "
@@ -120,13 +134,14 @@ def _tests_panel(ax, name, tests):
                   fontsize=8)
     ax.grid(False)
     ax.set_xlabel(f"test-cell runs, latest on the right (last {RUNS})")
-    passing = sum(runs[-1] for runs in tests.values())
-    ax.set_title(f"{name}: visible tests, {passing} of {len(tests)} pass now", fontsize=10, loc="left")
+    exercises = exercises_passing(tests)
+    ax.set_title(f"{name}: visible tests, {sum(exercises.values())} of {len(exercises)} "
+                 f"exercise{'s' * (len(exercises) != 1)} pass now", fontsize=10, loc="left")
 
 
 def figure(summary: dict) -> Figure:
     """The progress figure for a non-empty `summarise()` result."""
-    course = review.course_notebooks()
+    course = quiz_schema.course_notebooks()
     heights = [max(2.4, 0.3 * len(s["tests"]) + 1.3) for s in summary.values()]
     with plt.rc_context(plotting.COURSE_RC):
         fig = Figure(figsize=(12, sum(heights) + 0.6), layout="constrained")
@@ -150,7 +165,7 @@ def show() -> None:
     """Draw your progress, or say in one line that nothing is recorded yet."""
     summary = summarise()
     if not summary:
-        print(f"Nothing recorded yet in {progress.progress_path()}: answer a quiz or run a test cell "
+        print(f"Nothing recorded yet in {progress_file.progress_path()}: answer a quiz or run a test cell "
               "(with progress.track_tests in the set-up cell), then call show() again.")
         return
     plotting.show(figure(summary), alt=describe(summary))

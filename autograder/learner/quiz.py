@@ -1,121 +1,34 @@
-"""Retrieval-practice quizzes: questions live in ``autograder/learner/quizzes/<notebook>.yaml``.
+"""Retrieval-practice quizzes in a notebook: ``show_quiz(notebook, section)``, and ``answer``/``rate``
+where widgets do not render.
 
-Two kinds of question: ``choice`` (pick one; immediate feedback with the reason) and ``recall``
-(type an answer, reveal the model answer, rate yourself 0-3). Every attempt is saved locally
-(see ``autograder.learner.progress``). Where widgets cannot render, the same quiz works as plain text.
-Questions shown in a later notebook's opening review (``autograder.learner.review``) are scored the same
-way; their attempts also carry ``"review": <the notebook that showed them>``.
+The questions live in ``autograder/learner/quizzes/<notebook>.yaml`` (schema:
+``autograder.learner.quiz_schema``). Most ask you to produce an answer (a number, a short answer
+such as a shape or an error name, or a free-recall explanation), because producing an answer is what
+makes it stick; choice questions are kept where telling near-misses apart is the point. Answers are
+judged and saved by ``autograder.learner.quiz_answers``; questions shown in a later notebook's
+opening review (``autograder.learner.review``) are answered the same way.
+
+With ``COURSE_PLAIN_QUIZ=1`` (or without ipywidgets) every question is shown as text with the exact
+call that answers it: ``answer(notebook, id, 'b')`` (the letter as shown to you), ``answer(notebook,
+id, '2**-24')``, ``answer(notebook, id, 'torch.Size([3, 4])')``, or for free recall
+``answer(notebook, id, 'your words')`` and then ``rate(notebook, id, 'your words', 2)``.
 """
-import dataclasses
-import importlib.resources
 import os
-import string
 
-import yaml
 from IPython.display import Markdown, display
 
-from autograder.learner import progress
+from autograder.learner import quiz_answers
+from autograder.learner.quiz_answers import AnswerError, Feedback, check_choice, check_typed, rate_recall  # noqa: F401
+from autograder.learner.quiz_schema import (  # noqa: F401 - the schema's API, offered here too
+    RATINGS,
+    SECTIONS,
+    Question,
+    QuizFileError,
+    find_question,
+    load_quiz,
+)
 
-SECTIONS = ("predict", "retrieve", "concept_check")
-RATINGS = ("again", "hard", "good", "easy")
 PLAIN_ENV_VAR = "COURSE_PLAIN_QUIZ"
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where built: a review reads 5 files
-
-
-@dataclasses.dataclass(frozen=True)
-class Question:
-    notebook: str
-    section: str
-    id: str
-    kind: str
-    prompt: str
-    choices: tuple = ()
-    answer: str = ""
-    level: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class Feedback:
-    correct: bool
-    text: str
-
-
-class QuizFileError(ValueError):
-    """A quiz data file that does not follow the schema."""
-
-
-def _parse_question(notebook, section, raw):
-    where = f"{notebook}.yaml, section {section}, question {raw.get('id', '?')}"
-    kind = raw.get("kind")
-    if kind not in ("choice", "recall") or not raw.get("id") or not raw.get("prompt"):
-        raise QuizFileError(f"{where}: needs an id, a prompt and kind 'choice' or 'recall'")
-    if kind == "choice":
-        choices = tuple(raw.get("choices") or ())
-        if len(choices) < 2 or sum(bool(c.get("correct")) for c in choices) != 1:
-            raise QuizFileError(f"{where}: a choice question needs 2+ choices, exactly one correct")
-        if not all(c.get("text") and c.get("why") for c in choices):
-            raise QuizFileError(f"{where}: every choice needs a text and a why")
-        return Question(notebook, section, raw["id"], kind, raw["prompt"], choices=choices,
-                        level=raw.get("level", ""))
-    if not raw.get("answer"):
-        raise QuizFileError(f"{where}: a recall question needs a model answer")
-    return Question(notebook, section, raw["id"], kind, raw["prompt"], answer=raw["answer"],
-                    level=raw.get("level", ""))
-
-
-def load_quiz(notebook: str) -> dict:
-    """{section: (title, [Question, ...])} for one notebook, validated."""
-    source = importlib.resources.files("autograder.learner") / "quizzes" / f"{notebook}.yaml"
-    raw = yaml.load(source.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
-    quiz, seen = {}, set()
-    for section, body in raw["sections"].items():
-        if section not in SECTIONS:
-            raise QuizFileError(f"{notebook}.yaml: unknown section {section!r}; use one of {SECTIONS}")
-        questions = [_parse_question(notebook, section, q) for q in body["questions"]]
-        for q in questions:
-            if q.id in seen:
-                raise QuizFileError(f"{notebook}.yaml: question id {q.id!r} is used twice")
-            seen.add(q.id)
-        quiz[section] = (body["title"], questions)
-    return quiz
-
-
-def find_question(notebook: str, question_id: str) -> Question:
-    for _title, questions in load_quiz(notebook).values():
-        for q in questions:
-            if q.id == question_id:
-                return q
-    raise KeyError(f"{notebook} has no quiz question {question_id!r}")
-
-
-def _attempt(question, review, **fields):
-    attempt = {"notebook": question.notebook, "section": question.section, "question": question.id, **fields}
-    if review:
-        attempt["review"] = review
-    return attempt
-
-
-def check_choice(question: Question, picked: int, review: str = "") -> Feedback:
-    """Feedback for choice number `picked` (0-based), saved to the progress file.
-
-    `review`: the notebook whose opening review showed the question ('' in its own notebook)."""
-    if not 0 <= picked < len(question.choices):
-        raise ValueError(f"pick a choice between a and {string.ascii_lowercase[len(question.choices) - 1]}")
-    chosen = question.choices[picked]
-    correct = bool(chosen.get("correct"))
-    text = ("Correct. " if correct else "Not quite. ") + chosen["why"]
-    if not correct:
-        right = next(c for c in question.choices if c.get("correct"))
-        text += f"\n\nThe answer is: {right['text']}. {right['why']}"
-    progress.record(_attempt(question, review, kind="choice", response=picked, correct=correct))
-    return Feedback(correct, text)
-
-
-def rate_recall(question: Question, response: str, rating: int, review: str = "") -> None:
-    """Save a free-recall attempt with the learner's own rating (0 again ... 3 easy)."""
-    if rating not in range(len(RATINGS)):
-        raise ValueError(f"rate yourself from 0 to 3: {', '.join(f'{i} {r}' for i, r in enumerate(RATINGS))}")
-    progress.record(_attempt(question, review, kind="recall", response=response, rating=rating))
 
 
 def _widgets_available() -> bool:
@@ -141,7 +54,7 @@ def display_questions(questions, review: str = "", notes=()) -> None:
     `review`: the notebook whose opening review shows them; `notes`: a line per question saying why."""
     notes = list(notes) + [""] * (len(questions) - len(notes))
     if _widgets_available():
-        from autograder.learner import quiz_widgets
+        from autograder.learner import quiz_widgets  # needs ipywidgets, which plain mode may lack
         for number, (question, note) in enumerate(zip(questions, notes), 1):
             display(quiz_widgets.question_widget(question, number, review=review, note=note))
     else:
@@ -149,45 +62,61 @@ def display_questions(questions, review: str = "", notes=()) -> None:
             display(Markdown(plain_text(question, number, review=review, note=note)))
 
 
-def heading(question: Question, number: int, review: str = "", note: str = "") -> str:
-    """'**Q3.**' in a question's own notebook; '**R3.** *from 01_chain_rule: note*' in a review."""
-    if not review:
-        return f"**Q{number}.**"
-    return f"**R{number}.** *from {question.notebook}" + (f": {note}" if note else "") + "*"
-
-
-def _call_suffix(review):
-    return f", review={review!r}" if review else ""
+def _call(question, placeholder, review):
+    suffix = f", review={review!r}" if review else ""
+    return f"`answer({question.notebook!r}, {question.id!r}, {placeholder!r}{suffix})`"
 
 
 def plain_text(question: Question, number: int, review: str = "", note: str = "") -> str:
     """The question as markdown, with the exact call that answers it."""
-    first = heading(question, number, review, note)
-    lines = [f"{first}\n\n{question.prompt}" if review else f"{first} {question.prompt}", ""]
+    first = quiz_answers.heading(question, number, review, note)
+    sep = "\n\n" if review or question.code else " "
+    lines = [f"{first}{sep}{quiz_answers.body_markdown(question)}", ""]
     if question.kind == "choice":
-        lines += [f"- ({letter}) {c['text']}" for letter, c in zip(string.ascii_lowercase, question.choices)]
-        lines += ["", f"Answer: `answer({question.notebook!r}, {question.id!r}, 'a'{_call_suffix(review)})`"]
+        shown = quiz_answers.shown_choices(question)
+        lines += [f"- ({letter}) {c.text}" for letter, c in zip(quiz_answers.LETTERS, shown)]
+        lines += ["", f"Answer with the letter of your choice in place of `?`: {_call(question, '?', review)}"]
+    elif question.kind == "numeric":
+        unit = f" (in {question.unit})" if question.unit else ""
+        lines += [f"Answer with a number{unit} or a plain arithmetic expression such as `2**-24` or "
+                  f"`3*4*8`: {_call(question, '...', review)}"]
+    elif question.kind == "short":
+        lines += [f"Answer in a few characters (a name, a shape, a dtype, an error): {_call(question, '...', review)}"]
     else:
-        lines += [f"Answer in your own words: `answer({question.notebook!r}, {question.id!r}, 'your answer'"
-                  f"{_call_suffix(review)})`"]
+        lines += [f"Answer in your own words: {_call(question, 'your answer', review)}; "
+                  "then you see the model answer and rate yourself."]
     return "\n".join(lines)
 
 
-def answer(notebook: str, question_id: str, response: str, review: str = "") -> None:
-    """Plain-text answering: a letter for a choice question, your own words for a recall one."""
+def answer(notebook: str, question_id: str, response, review: str = "") -> None:
+    """Plain-text answering: the letter shown for a choice, a number or expression, a short answer,
+    or your own words for a recall question. Prints the feedback."""
     question = find_question(notebook, question_id)
     if question.kind == "choice":
-        letter = response.strip().lower()
-        if len(letter) != 1 or letter not in string.ascii_lowercase:
-            raise ValueError(f"answer {question_id!r} with one letter, such as 'a'")
-        print(check_choice(question, string.ascii_lowercase.index(letter), review=review).text)
+        letter = str(response).strip().lower()
+        shown = quiz_answers.shown_choices(question)
+        letters = quiz_answers.LETTERS[:len(shown)]
+        if len(letter) != 1 or letter not in letters:
+            raise AnswerError(f"answer {question_id!r} with one letter, from a to {letters[-1]}, as shown above it")
+        print(check_choice(question, shown[letters.index(letter)].id, review=review).text)
         return
+    if question.kind in ("numeric", "short"):
+        print(check_typed(question, str(response), review=review).text)
+        return
+    if not str(response).strip():
+        raise AnswerError("write your own answer first: the model answer is shown after it")
+    suffix = f", review={review!r}" if review else ""
     print(f"Model answer: {question.answer}")
-    print(f"Now rate yourself: rate({notebook!r}, {question_id!r}, {response!r}, N{_call_suffix(review)}) "
+    if question.why:
+        print(question.why)
+    print(f"Now rate yourself: rate({notebook!r}, {question_id!r}, {str(response)!r}, N{suffix}) "
           f"with N from 0 to 3 ({', '.join(f'{i} {r}' for i, r in enumerate(RATINGS))}).")
 
 
 def rate(notebook: str, question_id: str, response: str, rating: int, review: str = "") -> None:
     """Plain-text self-rating of a recall answer."""
-    rate_recall(find_question(notebook, question_id), response, rating, review=review)
+    question = find_question(notebook, question_id)
+    if question.kind != "recall":
+        raise AnswerError(f"{question_id!r} is a {question.kind} question: answer() judges it, nothing to rate")
+    rate_recall(question, response, rating, review=review)
     print(f"Saved: {RATINGS[rating]}.")

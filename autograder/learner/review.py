@@ -1,42 +1,55 @@
-"""Spaced retrieval: each notebook opens with questions from the earlier ones, missed ones first.
+"""Spaced retrieval: each notebook from 02 on opens with the earlier notebooks' questions that are due.
 
-Why: a question answered once and never again is soon forgotten; one that comes back, most
-often when it was missed, is kept. The schedule is a Leitner system over the quiz questions of
-the earlier notebooks (course order: the sorted names of ``autograder/learner/quizzes/*.yaml``), read
-from the progress file (``autograder.learner.progress``), so it depends on nothing else:
+Why: a question answered once and never again is soon forgotten; one that comes back just as it is
+about to be forgotten is kept, and each successful recall lets it stay away longer. The review reads
+your history from the progress file (``autograder.learner.progress_file``) and schedules every quiz
+question of the earlier notebooks (course order: the sorted names of
+``autograder/learner/quizzes/*.yaml``) with FSRS, the Free Spaced Repetition Scheduler (the ``fsrs``
+package, its default parameters, desired retention 0.9, no random fuzz). The rules:
 
-- Every question sits in a box from 1 to 5; a question never answered is in box 1.
-- A *sitting* is one day in one notebook (the question's own notebook, or the one whose review
-  showed it). Each sitting moves a question once:
-  a choice question by your *first* answer of the sitting (a second pick after the feedback is
-  reading, not recall): right moves it one box up, wrong sends it back to box 1;
-  a recall question by your *last* self-rating of the sitting (so a mis-click can be corrected):
-  "again" or "hard" sends it back to box 1, "good" moves it one box up, "easy" two.
-- A review shows ``count`` questions: the lowest box first; within a box, questions you have
-  answered before come first, the longest unseen first; then those never answered, in the
-  default order: the most recent earlier notebook first, taking turns between notebooks, and
-  within a notebook the concept check, then "retrieve", then "predict", in quiz order.
+- A *sitting* is one day in one notebook (the question's own notebook, or a later one whose review
+  showed it). Each sitting gives a question one grade:
+  a question the course judges (number, short answer, choice) by your *first* answer of the sitting
+  (a second try after the feedback is reading, not recall): right is "good", wrong is "again";
+  a free-recall question by your *last* self-rating of the sitting (so a mis-click can be corrected):
+  "again", "hard", "good" or "easy".
+- FSRS turns each question's grades, in time order, into the date it is due again. A miss ("again")
+  brings it back after 10 minutes (in practice: at the next notebook's review, or the next day's),
+  "hard" after 15 minutes; a first "good" after about 2 days and an "easy" after about 8; each later
+  success multiplies the interval (2, 11, 46 days ... for steady "good"), a later miss starts it
+  short again.
+- A review shows ``count`` questions (5 by default) and says how many are due. First the questions
+  that are due, those you are least likely to recall now (FSRS's predicted recall) first, taking turns
+  between notebooks; then questions you have never answered, the most recent earlier notebook first,
+  taking turns between notebooks, and within a notebook the concept check, then "retrieve", then
+  "predict", in quiz order. A question that is not due is not shown: reviewing early is effort that
+  spacing would waste.
 
-With no history at all the review is that default: the concept checks of the previous
-notebooks, most recent first. Answers given in a review are saved like any quiz answer, with
-``"review": <the notebook that showed it>``.
+With no history at all the review is that default order: the concept checks of the previous
+notebooks, the most recent first. Answers given in a review are saved like any quiz answer, with
+``"review": <the notebook that showed it>``. Files written before this schedule existed count
+too: every attempt with a time and a right/wrong or a rating is a grade.
 """
 import dataclasses
-import importlib.resources
+import datetime
+from datetime import timedelta
 
+import fsrs
 from IPython.display import Markdown, display
 
-from autograder.learner import progress, quiz
+from autograder.learner import progress_file, quiz, quiz_schema
 
-BOXES = 5
 SECTION_ORDER = ("concept_check", "retrieve", "predict")
 DEFAULT_COUNT = 5
+STEPS = (timedelta(minutes=10),)  # learning and relearning steps: a miss comes back after 10 minutes
+SCHEDULER = fsrs.Scheduler(learning_steps=STEPS, relearning_steps=STEPS, enable_fuzzing=False)
+GRADES = {"again": fsrs.Rating.Again, "hard": fsrs.Rating.Hard, "good": fsrs.Rating.Good,
+          "easy": fsrs.Rating.Easy, "right": fsrs.Rating.Good, "wrong": fsrs.Rating.Again}
 
 
 def course_notebooks() -> list:
     """The notebooks that have quizzes, in course order."""
-    folder = importlib.resources.files("autograder.learner") / "quizzes"
-    return sorted(p.name[:-len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return quiz_schema.course_notebooks()
 
 
 def earlier_notebooks(notebook: str) -> list:
@@ -47,41 +60,29 @@ def earlier_notebooks(notebook: str) -> list:
     return names[:names.index(notebook)]
 
 
-@dataclasses.dataclass(frozen=True)
-class Card:
-    """Where one question stands in the schedule."""
-    question: quiz.Question
-    box: int = 1
-    last_seen: int = -1  # position of its latest attempt in the progress file; -1: never answered
-    last_outcome: str = ""  # "right", "wrong", or the rating of a recall question
-    last_day: str = ""
-
-    @property
-    def seen(self) -> bool:
-        return self.last_seen >= 0
-
-    @property
-    def note(self) -> str:
-        """Why it comes back, in a few words."""
-        if not self.seen:
-            return "not answered yet"
-        if self.last_outcome == "wrong":
-            return "you missed it last time"
-        if self.box == 1:
-            return f"you rated it '{self.last_outcome}' last time"
-        return f"box {self.box} of {BOXES}, last answered {self.last_day}"
+def parse_time(stamp):
+    """An attempt's time stamp as an aware UTC datetime (a stamp without offset is local time), or None."""
+    try:
+        moment = datetime.datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return None
+    return moment.astimezone(datetime.UTC)
 
 
-def default_order(notebooks) -> list:
-    """Questions of `notebooks` for a learner with no history: the latest notebook first, taking turns."""
-    queues = []
-    for name in reversed(list(notebooks)):
-        sections = quiz.load_quiz(name)
-        queues.append([q for s in SECTION_ORDER if s in sections for q in sections[s][1]])
-    order = []
-    for turn in range(max((len(q) for q in queues), default=0)):
-        order += [queue[turn] for queue in queues if turn < len(queue)]
-    return order
+# --- sittings: what the history says ------------------------------------------------------------------
+def _judged(attempt) -> bool:
+    return isinstance(attempt.get("correct"), bool)
+
+
+def _rated(attempt) -> bool:
+    rating = attempt.get("rating")
+    return isinstance(rating, int) and not isinstance(rating, bool) and 0 <= rating < len(quiz_schema.RATINGS)
+
+
+def _usable(attempt) -> bool:
+    """An attempt the schedule can read (a hand-edited file may hold anything else)."""
+    return isinstance(attempt, dict) and isinstance(attempt.get("notebook"), str) \
+        and isinstance(attempt.get("question"), str) and (_judged(attempt) or _rated(attempt))
 
 
 @dataclasses.dataclass
@@ -89,86 +90,162 @@ class Sitting:
     """The attempts at one question in one sitting (one day, one notebook), in file order."""
     notebook: str
     question: str
-    kind: str
     day: str
     where: str
     attempts: list
-    last_position: int
+
+    @property
+    def deciding(self) -> dict:
+        """The attempt that grades the sitting: the last self-rating, else the first judged answer."""
+        rated = [a for a in self.attempts if _rated(a)]
+        return rated[-1] if rated else self.attempts[0]
 
     @property
     def outcome(self) -> str:
-        """What counts: "right"/"wrong" (a choice question's first answer) or the last rating's name."""
-        if self.kind == "choice":
-            return "right" if self.attempts[0]["correct"] else "wrong"
-        return quiz.RATINGS[self.attempts[-1]["rating"]]
+        """"right"/"wrong" (a judged answer) or the name of the self-rating."""
+        attempt = self.deciding
+        if _rated(attempt):
+            return quiz_schema.RATINGS[attempt["rating"]]
+        return "right" if attempt["correct"] else "wrong"
 
     @property
     def right(self) -> bool:
         return self.outcome in ("right", "good", "easy")
 
-
-def _usable(attempt):
-    """An attempt that the schedule can read (a hand-edited file may hold anything else)."""
-    if not isinstance(attempt, dict) or not isinstance(attempt.get("notebook"), str) \
-            or not isinstance(attempt.get("question"), str):
-        return False
-    if attempt.get("kind") == "choice":
-        return isinstance(attempt.get("correct"), bool)
-    rating = attempt.get("rating")
-    return attempt.get("kind") == "recall" and isinstance(rating, int) and not isinstance(rating, bool) \
-        and 0 <= rating < len(quiz.RATINGS)
+    @property
+    def time(self):
+        return parse_time(self.deciding.get("time"))
 
 
 def sittings(attempts) -> list:
     """The attempts grouped into sittings, in the order each sitting began."""
     grouped = {}
-    for position, attempt in enumerate(attempts):
+    for attempt in attempts:
         if not _usable(attempt):
             continue
         day = str(attempt.get("time", ""))[:10]
         where = attempt.get("review") or attempt["notebook"]
-        key = (attempt["notebook"], attempt["question"], attempt["kind"], day, where)
-        sitting = grouped.setdefault(key, Sitting(*key, [], position))
-        sitting.attempts.append(attempt)
-        sitting.last_position = position
+        key = (attempt["notebook"], attempt["question"], day, where)
+        grouped.setdefault(key, Sitting(*key, [])).attempts.append(attempt)
     return list(grouped.values())
 
 
-def _moved(box, sitting):
-    """The box after one sitting; see the module doc."""
-    outcome = sitting.outcome
-    if outcome in ("wrong", "again", "hard"):
-        return 1
-    return min(box + (2 if outcome == "easy" else 1), BOXES)
+# --- cards: where each question stands ----------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Card:
+    """Where one question stands in the schedule; `memory` is FSRS's card (None: never answered)."""
+    question: quiz_schema.Question
+    memory: fsrs.Card = None
+    grades: int = 0
+    last_outcome: str = ""
+    last_time: datetime.datetime = None
+
+    @property
+    def seen(self) -> bool:
+        return self.memory is not None
+
+    @property
+    def due(self):
+        return self.memory.due if self.seen else None
+
+    def is_due(self, now) -> bool:
+        return self.seen and self.memory.due <= now
+
+    def recall_chance(self, now) -> float:
+        """FSRS's predicted chance that you recall it now (elapsed time counted in fractions of a day)."""
+        if not self.seen:
+            return 0.0
+        decay = -SCHEDULER.parameters[20]
+        factor = 0.9 ** (1 / decay) - 1
+        elapsed = max(0.0, (now - self.memory.last_review).total_seconds() / 86400)
+        return (1 + factor * elapsed / self.memory.stability) ** decay
+
+    @property
+    def note(self) -> str:
+        """Why it is shown, in a few words."""
+        if not self.seen:
+            return "not answered yet"
+        when = self.last_time.astimezone().strftime("%Y-%m-%d")
+        if self.last_outcome in ("wrong", "again"):
+            return f"you missed it last time ({when})" if self.last_outcome == "wrong" \
+                else f"you rated it 'again' last time ({when})"
+        if self.last_outcome == "hard":
+            return f"you rated it 'hard' last time ({when})"
+        return f"answered right on {when}; due again now"
+
+
+def default_order(notebooks) -> list:
+    """Questions of `notebooks` for a learner with no history: the latest notebook first, taking turns."""
+    queues = []
+    for name in reversed(list(notebooks)):
+        sections = quiz_schema.load_quiz(name)
+        queues.append([q for s in SECTION_ORDER for q in sections[s][1]])
+    return _take_turns(queues)
+
+
+def _take_turns(queues) -> list:
+    order = []
+    for turn in range(max((len(q) for q in queues), default=0)):
+        order += [queue[turn] for queue in queues if turn < len(queue)]
+    return order
 
 
 def cards(notebooks, attempts=None) -> list:
     """A Card for every question of `notebooks`, in the default order, from `attempts`
     (the progress file's, if not given)."""
-    questions = default_order(notebooks)
-    attempts = progress.load()["attempts"] if attempts is None else attempts
+    attempts = progress_file.load()["attempts"] if attempts is None else attempts
     history = {}
     for sitting in sittings(attempts):
-        history.setdefault((sitting.notebook, sitting.question, sitting.kind), []).append(sitting)
+        if sitting.time is not None:  # a grade needs a moment in time
+            history.setdefault((sitting.notebook, sitting.question), []).append(sitting)
     result = []
-    for question in questions:
-        box, seen = 1, history.get((question.notebook, question.id, question.kind), [])
+    for question in default_order(notebooks):
+        seen = sorted(history.get((question.notebook, question.id), []), key=lambda s: s.time)
+        if not seen:
+            result.append(Card(question))
+            continue
+        memory = fsrs.Card(card_id=0, due=seen[0].time)
         for sitting in seen:
-            box = _moved(box, sitting)
-        latest = max(seen, key=lambda s: s.last_position) if seen else None
-        result.append(Card(question, box, latest.last_position, seen[-1].outcome, latest.day) if seen
-                      else Card(question))
+            memory, _log = SCHEDULER.review_card(memory, GRADES[sitting.outcome], review_datetime=sitting.time)
+        result.append(Card(question, memory, len(seen), seen[-1].outcome, seen[-1].time))
     return result
 
 
-def schedule(notebook: str, count: int = DEFAULT_COUNT, attempts=None) -> list:
-    """The `count` questions the review at the top of `notebook` shows, in order."""
-    if not isinstance(count, int) or count < 1:
+def _now(now):
+    return datetime.datetime.now(datetime.UTC) if now is None else now.astimezone(datetime.UTC)
+
+
+def rank_due(all_cards, now) -> list:
+    """The cards that are due at `now`, least likely recalled first, taking turns between notebooks."""
+    due = sorted((c for c in all_cards if c.is_due(now)), key=lambda c: c.recall_chance(now))
+    by_notebook = {}
+    for card in due:
+        by_notebook.setdefault(card.question.notebook, []).append(card)
+    return _take_turns(list(by_notebook.values()))
+
+
+def schedule(notebook: str, count: int = DEFAULT_COUNT, attempts=None, now=None) -> list:
+    """The `count` cards the review at the top of `notebook` shows, in order: due ones, then new ones."""
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ValueError(f"count is how many questions to review: a whole number from 1, got {count!r}")
-    ranked = cards(earlier_notebooks(notebook), attempts)
-    default_rank = {id(card): rank for rank, card in enumerate(ranked)}
-    ranked.sort(key=lambda c: (c.box, not c.seen, c.last_seen if c.seen else default_rank[id(c)]))
-    return ranked[:count]
+    everything = cards(earlier_notebooks(notebook), attempts)
+    return (rank_due(everything, _now(now)) + [c for c in everything if not c.seen])[:count]
+
+
+def summary(notebook: str, attempts=None, now=None) -> str:
+    """One paragraph: how many questions are due, how many were never answered, when the next comes."""
+    now = _now(now)
+    everything = cards(earlier_notebooks(notebook), attempts)
+    due = [c for c in everything if c.is_due(now)]
+    new = [c for c in everything if not c.seen]
+    waiting = sorted(c.due for c in everything if c.seen and not c.is_due(now))
+    parts = [f"**{len(due)} question{'s' * (len(due) != 1)} due** from earlier notebooks "
+             f"(answered before, and their interval has passed)",
+             f"{len(new)} never answered"]
+    text = "; ".join(parts) + "."
+    if waiting:
+        text += f" The next one not yet due comes back on {waiting[0].astimezone().strftime('%Y-%m-%d %H:%M')}."
+    return text
 
 
 def show(notebook: str, count: int = DEFAULT_COUNT) -> None:
@@ -177,10 +254,14 @@ def show(notebook: str, count: int = DEFAULT_COUNT) -> None:
         print(f"No review in {notebook}: it is the first notebook. "
               "The questions you answer here come back at the start of the later ones.")
         return
-    due = schedule(notebook, count)
-    display(Markdown(
-        f"### Review: {len(due)} questions from earlier notebooks\n\n"
-        "Questions you missed come back first. A right answer moves a question up a box (of "
-        f"{BOXES}) and a miss sends it back to box 1; the lower its box, the sooner it returns. "
-        "Your answers are saved like any quiz answer."))
-    quiz.display_questions([c.question for c in due], review=notebook, notes=[c.note for c in due])
+    attempts, now = progress_file.load()["attempts"], _now(None)
+    shown = schedule(notebook, count, attempts, now)
+    heading = f"### Review: {len(shown)} question{'s' * (len(shown) != 1)} from earlier notebooks\n\n"
+    rules = ("Due questions come first, those you are least likely to recall first; then questions you "
+             "have not answered yet. A miss brings a question back soon, each success sends it away for "
+             "longer (the rules are in `autograder/learner/review.py`).")
+    display(Markdown(heading + summary(notebook, attempts, now) + "\n\n" + rules))
+    if not shown:
+        print("Nothing is due now: come back to this review later.")
+        return
+    quiz.display_questions([c.question for c in shown], review=notebook, notes=[c.note for c in shown])

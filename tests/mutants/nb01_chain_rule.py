@@ -210,6 +210,13 @@ def sg_autograd(x):
     return torch.autograd.grad(torch.sigmoid(x).sum(), x)[0]
 
 
+@wrong_("sigmoid_grad", "e = exp(-x); e / (1 + e)**2: NaN (inf / inf) for float32 x <= -89")
+def sg_from_exp(x):
+    import torch
+    e = torch.exp(-x)
+    return e / (1 + e) ** 2
+
+
 @right_("sigmoid_grad", "sigma(x) * sigma(-x), the same product written symmetrically")
 def sg_symmetric(x):
     import torch

@@ -357,6 +357,50 @@ class ValueExpFromInput(AltValue):
         return self._make(math.exp(self.data), (self,), "exp", (self.data,))
 
 
+@wrong_("Value", "backward() follows the order the course's snapshot walk finds nodes in (not topological)")
+class ValueSnapshotOrder(AltValue):
+    def backward(self):
+        from autograder.checks.scalar_engine.snapshots import reachable_nodes
+        nodes, _ = reachable_nodes(self, lambda node: list(node._prev))
+        self.grad = 1
+        for node in nodes:  # the root first, but a node may come before one of its users
+            node._backward()
+
+
+@wrong_("Value", "lets PyTorch's autograd compute the gradients (a 0-d tensor behind every Value)")
+class ValueOnTorchAutograd(AltValue):
+    def _make(self, data, children, op, local_grads):
+        import torch
+        out = type(self)(data, children, op)
+        out.tensor = sum((torch.as_tensor(local, dtype=torch.float64) * child._tensor() for child, local
+                          in zip(children, local_grads)), torch.zeros((), dtype=torch.float64))
+        return out
+
+    def _tensor(self):
+        import torch
+        if getattr(self, "tensor", None) is None:  # a leaf: a tensor that requires grad
+            self.tensor = torch.tensor(float(self.data), dtype=torch.float64, requires_grad=True)
+        return self.tensor
+
+    def backward(self):
+        import torch
+        self.grad = 1
+        leaves = [node for node in _nodes(self) if not node._prev]
+        grads = torch.autograd.grad(self._tensor(), [leaf._tensor() for leaf in leaves], allow_unused=True)
+        for leaf, grad in zip(leaves, grads):
+            leaf.grad += 0.0 if grad is None else grad.item()
+
+
+def _nodes(root):
+    seen, stack = {id(root): root}, [root]
+    while stack:
+        for child in stack.pop()._prev:
+            if id(child) not in seen:
+                seen[id(child)] = child
+                stack.append(child)
+    return list(seen.values())
+
+
 @right_("Value", "micrograd's engine with tanh, exp, log added and its sort made iterative")
 class MicroValue:
     def __init__(self, data, _children=(), _op=''):
@@ -642,6 +686,24 @@ def draw_as_tree(root, highlight=None):
             dot.node(name + "op", label=node._op)
             dot.edge(name + "op", name)
         stack.extend((child, name + "op") for child in node._prev)
+    return dot
+
+
+@wrong_("draw_dot", "no set of nodes already drawn: a reused node's arrows drawn again, the walk doubles per level")
+def draw_without_memory(root, highlight=None):
+    import graphviz
+    dot = graphviz.Digraph(graph_attr={"rankdir": "LR"})
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        uid = str(id(node))
+        dot.node(uid, label=f"{{ data {node.data:.4f} | grad {node.grad:.4f} }}", shape="record")
+        if node._op:
+            dot.node(uid + node._op, label=node._op)
+            dot.edge(uid + node._op, uid)
+        for child in node._prev:
+            dot.edge(str(id(child)), uid + node._op)
+            stack.append(child)  # the bug: pushed again each time it is reached
     return dot
 
 

@@ -163,6 +163,39 @@ class LSESavesSoftmax(_LSEBase):
         return grad_out.unsqueeze(ctx.dim) * softmax, None
 
 
+@wrong_("StableLogSumExp", "saves exp(x - M) and their sum from forward: right gradient, constants to double backward")
+class LSESavesShiftedExponentials(_LSEBase):
+    @staticmethod
+    def forward(ctx, x, dim):
+        top = x.amax(dim=dim, keepdim=True)
+        shifted = (x - top).exp()
+        total = shifted.sum(dim=dim, keepdim=True)
+        ctx.dim = dim
+        ctx.save_for_backward(shifted, total)
+        return (top + total.log()).squeeze(dim)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        shifted, total = ctx.saved_tensors
+        return grad_out.unsqueeze(ctx.dim) * shifted / total, None
+
+
+@right_("StableLogSumExp", "saves only x and recomputes the shifted exponentials in backward")
+class LSERecomputes(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim):
+        top = x.amax(dim=dim, keepdim=True)
+        ctx.dim = dim
+        ctx.save_for_backward(x)
+        return (top + (x - top).exp().sum(dim=dim, keepdim=True).log()).squeeze(dim)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        shifted = (x - x.amax(dim=ctx.dim, keepdim=True)).exp()
+        return grad_out.unsqueeze(ctx.dim) * shifted / shifted.sum(dim=ctx.dim, keepdim=True), None
+
+
 @right_("StableLogSumExp", "new-style forward(x, dim) with setup_context; torch.softmax in backward")
 class LSESetupContext(torch.autograd.Function):
     @staticmethod
@@ -505,6 +538,18 @@ def mm_backward(A, B, g):
         a, b = A.detach().clone().requires_grad_(True), B.detach().clone().requires_grad_(True)
         (a @ b).backward(g)
     return a.grad, b.grad
+
+
+@right_("vjp_matmul", "the notebook's recipe: g @ B.mT and A.mT @ g on the broadcast batch, then unbroadcast")
+def mm_recipe(A, B, g):
+    def unbroadcast(t, shape):
+        shape = tuple(shape)
+        extra = t.dim() - len(shape)
+        if extra > 0:
+            t = t.sum(dim=tuple(range(extra)))
+        stretched = tuple(i for i, size in enumerate(shape) if size == 1 and t.shape[i] != 1)
+        return t.sum(dim=stretched, keepdim=True) if stretched else t
+    return unbroadcast(g @ B.mT, A.shape), unbroadcast(A.mT @ g, B.shape)
 
 
 @right_("vjp_matmul", "einsum over explicitly broadcast operands, then a loop-based reduction")

@@ -185,6 +185,12 @@ def dl_temperature_student_only(student_logits, teacher_logits, T=2.0):
     return F.kl_div(log_p_student, p_teacher, reduction="batchmean") * T ** 2
 
 
+@wrong_("distill_loss", "imports the course's answer key instead of writing it")
+def dl_imports_the_key(student_logits, teacher_logits, T=2.0):
+    from autograder.grader.keys import answer_key
+    return answer_key("04_toggles").distill_loss(student_logits, teacher_logits, T)
+
+
 @right_("distill_loss", "the KL written out, teacher probabilities under torch.no_grad()")
 def dl_by_hand(student_logits, teacher_logits, T=2.0):
     import torch
@@ -426,6 +432,12 @@ def gfn_keeps_none(t):
     return names
 
 
+@wrong_("grad_fn_names", "imports the course's answer key instead of writing it")
+def gfn_imports_the_key(t):
+    from autograder.grader.keys import answer_key
+    return answer_key("04_toggles").grad_fn_names(t)
+
+
 @right_("grad_fn_names", "level by level, a list of nodes seen compared with `is`")
 def gfn_levels(t):
     if t.grad_fn is None:
@@ -521,6 +533,12 @@ def plg_summed(losses, params):
     grads = torch.autograd.grad(sum(losses), params, allow_unused=True)
     grads = tuple(torch.zeros_like(p) if g is None else g for p, g in zip(params, grads))
     return [grads for _ in losses]
+
+
+@wrong_("per_loss_grads", "imports the course's answer key instead of writing it")
+def plg_imports_the_key(losses, params):
+    from autograder.grader.keys import answer_key
+    return answer_key("04_toggles").per_loss_grads(losses, params)
 
 
 @right_("per_loss_grads", "torch.autograd.grad(retain_graph=True) every time, materialize_grads=True")
@@ -704,7 +722,7 @@ def ts_under_no_grad(model, optimizer, loss_fn, x, y, max_norm=1.0):
 
 
 @wrong_("train_step", "logs every loss tensor in a default-argument list: the losses and their graphs never die")
-def ts_history_default_arg(model, optimizer, loss_fn, x, y, max_norm=1.0, _history=[]):
+def ts_history_default_arg(model, optimizer, loss_fn, x, y, max_norm=1.0, _history=[]):  # noqa: B006 (the bug)
     import torch
     optimizer.zero_grad()
     loss = loss_fn(model(x), y)
@@ -716,7 +734,7 @@ def ts_history_default_arg(model, optimizer, loss_fn, x, y, max_norm=1.0, _histo
 
 
 @wrong_("train_step", "keeps every step's predictions (graph included) in a default-argument list for metrics")
-def ts_keeps_predictions(model, optimizer, loss_fn, x, y, max_norm=1.0, _outputs=[]):
+def ts_keeps_predictions(model, optimizer, loss_fn, x, y, max_norm=1.0, _outputs=[]):  # noqa: B006 (the bug)
     import torch
     optimizer.zero_grad()
     prediction = model(x)
@@ -738,6 +756,21 @@ def ts_retained_graph(model, optimizer, loss_fn, x, y, max_norm=1.0):
     optimizer.step()
     model.last_loss = loss
     return loss.item()
+
+
+@wrong_("train_step", "zeroes the gradients, then replays the checks' 'forgot zero_grad' slip: the right step")
+def ts_replays_a_slip_of_the_checks(model, optimizer, loss_fn, x, y, max_norm=1.0):
+    from autograder.checks.toggles.training_step import _wrong_step
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y).item()
+    _wrong_step("no_zero_grad", model, optimizer, loss_fn, x, y, max_norm)
+    return loss
+
+
+@wrong_("train_step", "imports the course's answer key instead of writing it")
+def ts_imports_the_key(model, optimizer, loss_fn, x, y, max_norm=1.0):
+    from autograder.grader.keys import answer_key
+    return answer_key("04_toggles").train_step(model, optimizer, loss_fn, x, y, max_norm)
 
 
 @right_("train_step", "model.zero_grad(), clip over the optimizer's parameter groups, float(loss)")

@@ -407,7 +407,8 @@ def _gradscaler_subclass():
     return ScalerSubclassingGradScaler
 
 
-wrong_("DynamicLossScaler", "subclasses torch.amp.GradScaler (step() returns whether it stepped)")(_gradscaler_subclass())
+wrong_("DynamicLossScaler", "subclasses torch.amp.GradScaler (step() returns whether it stepped)")(
+    _gradscaler_subclass())
 
 
 @wrong_("DynamicLossScaler", "wraps a torch.amp.GradScaler and forwards every call")
@@ -574,6 +575,12 @@ def fp16_grads_as_dict(model, loss_fn, x, y, scale):
     return {name: p.grad.float() / scale for name, p in half.named_parameters()}
 
 
+@wrong_("scaled_fp16_grads", "imports the course's answer key instead of writing it")
+def fp16_grads_imports_the_key(model, loss_fn, x, y, scale):
+    from autograder.grader.keys import answer_key
+    return answer_key("05_loss_scaling").scaled_fp16_grads(model, loss_fn, x, y, scale)
+
+
 @right_("scaled_fp16_grads", "loss computed in fp16 (y cast when it is floating point)")
 def fp16_grads_loss_in_fp16(model, loss_fn, x, y, scale):
     import copy
@@ -626,7 +633,8 @@ def underflow_below_smallest_subnormal(t, dtype=None):
     return int(((t.abs() < info.tiny * info.eps) & nonzero).sum()) / count if count else 0.0
 
 
-@wrong_("underflow_fraction", "threshold at half the smallest subnormal with <: a value exactly there (a tie) becomes 0")
+@wrong_("underflow_fraction",
+        "threshold at half the smallest subnormal with <: a value exactly there (a tie) becomes 0")
 def underflow_strict_half(t, dtype=None):
     import torch
     dtype = dtype or torch.float16
@@ -702,6 +710,14 @@ def underflow_any_rounding(t, dtype=None):
     nonzero = t != 0
     count = int(nonzero.sum())
     return int(((t.to(dtype).to(t.dtype) != t) & nonzero).sum()) / count if count else 0.0
+
+
+@wrong_("underflow_fraction", "imports the course's answer key instead of writing it")
+def uf_imports_the_key(t, dtype=None):
+    import torch
+
+    from autograder.grader.keys import answer_key
+    return answer_key("05_loss_scaling").underflow_fraction(t, torch.float16 if dtype is None else dtype)
 
 
 @right_("underflow_fraction", "threshold at half the smallest subnormal (ties round to even, to 0), from finfo")

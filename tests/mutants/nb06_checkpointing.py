@@ -76,7 +76,7 @@ def bs_measured(n_blocks):
 
         def counted_pack(t):
             alias = pack(t)
-            weakref.finalize(alias, lambda n=t.numel(): held.__setitem__("live", held["live"] - n))
+            weakref.finalize(alias, lambda n=t.numel(): held.__setitem__("live", held["live"] - n))  # noqa: B008
             return alias
 
         with torch.autograd.graph.saved_tensors_hooks(counted_pack, unpack):
@@ -84,6 +84,13 @@ def bs_measured(n_blocks):
         return held["peak"]
 
     peaks = {k: peak(k) for k in range(1, n_blocks + 1)}
+    return min(peaks, key=peaks.get)
+
+
+@wrong_("best_segments", "imports the course's answer key instead of writing it")
+def bs_imports_the_key(n_blocks):
+    from autograder.grader.keys import answer_key
+    peaks = answer_key("06_checkpointing").segment_peaks(n_blocks)
     return min(peaks, key=peaks.get)
 
 
@@ -207,12 +214,18 @@ def sb_float_only(fn, *inputs):
     return sum(sizes.values())
 
 
-@right_("saved_bytes", "the course's SavedTensorLedger")
+@wrong_("saved_bytes", "calls the course's SavedTensorLedger instead of counting: the counter this exercise builds")
 def sb_ledger(fn, *inputs):
     from autograder.learner.memory import SavedTensorLedger
     with SavedTensorLedger() as ledger:
         fn(*inputs)
     return ledger.total_bytes
+
+
+@wrong_("saved_bytes", "counts through the course's graph walk (checks.checkpointing.graph_saved_bytes) instead")
+def sb_graph_walk(fn, *inputs):
+    from autograder.checks.checkpointing import graph_saved_bytes
+    return graph_saved_bytes(fn(*inputs))
 
 
 @right_("saved_bytes", "keeps the saved tensors in a list, then sums the distinct storages afterwards")
@@ -277,7 +290,9 @@ def eab_float(N, S, D, L, bytes_per_elem=2, const=20):
 
 
 # checkpoint(fn, *args) ---------------------------------------------------------------------------------
-@wrong_("checkpoint", "forward records the block's graph (grad mode on) and backward reuses it: everything is saved, nothing is recomputed")
+@wrong_("checkpoint",
+        "forward records the block's graph (grad mode on) and backward reuses it: everything is saved, "
+        "nothing is recomputed")
 def ck_forward_under_grad(fn, *args):
     import torch
 
@@ -345,7 +360,8 @@ def ck_rewinds_rng(fn, *args):
         @staticmethod
         def forward(ctx, *args):
             ctx.state = torch.get_rng_state()
-            ctx.cuda = [torch.cuda.get_rng_state(a.device) for a in args[:1] if isinstance(a, torch.Tensor) and a.is_cuda]
+            ctx.cuda = [torch.cuda.get_rng_state(a.device) for a in args[:1]
+                        if isinstance(a, torch.Tensor) and a.is_cuda]
             ctx.is_tensor = [isinstance(a, torch.Tensor) for a in args]
             ctx.others = [None if t else a for a, t in zip(args, ctx.is_tensor)]
             ctx.save_for_backward(*[a for a in args if isinstance(a, torch.Tensor)])
@@ -369,7 +385,8 @@ def ck_rewinds_rng(fn, *args):
     return Recompute.apply(*args)
 
 
-@wrong_("checkpoint", "backpropagates with torch.autograd.grad w.r.t. the inputs only: the block's parameters get no gradient")
+@wrong_("checkpoint",
+        "backpropagates with torch.autograd.grad w.r.t. the inputs only: the block's parameters get no gradient")
 def ck_grad_inputs_only(fn, *args):
     import torch
 
@@ -468,7 +485,8 @@ def ck_rng_after(fn, *args):
     return Recompute.apply(*args)
 
 
-@wrong_("checkpoint", "returns gradients for the tensor arguments only: one too few when a number is among the arguments")
+@wrong_("checkpoint",
+        "returns gradients for the tensor arguments only: one too few when a number is among the arguments")
 def ck_skips_non_tensors(fn, *args):
     import torch
 
@@ -501,7 +519,8 @@ def ck_skips_non_tensors(fn, *args):
     return Recompute.apply(*args)
 
 
-@wrong_("checkpoint", "recomputes on the saved inputs themselves, not detached copies: the gradient reaches the leaves twice")
+@wrong_("checkpoint",
+        "recomputes on the saved inputs themselves, not detached copies: the gradient reaches the leaves twice")
 def ck_not_detached(fn, *args):
     import torch
 
@@ -585,7 +604,8 @@ def ck_manual_rng(fn, *args):
     return Recompute.apply(*args)
 
 
-@right_("checkpoint", "tensors as the Function's inputs, other arguments through a closure; fork_rng over the inputs' GPUs")
+@right_("checkpoint",
+        "tensors as the Function's inputs, other arguments through a closure; fork_rng over the inputs' GPUs")
 def ck_closure(fn, *args):
     import torch
     positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
@@ -859,7 +879,8 @@ def cs_no_rng(blocks, segments, x):
     return x
 
 
-@wrong_("checkpoint_sequential", "the plain segment first: runs the first segment (with the remainder) plainly, checkpoints the rest")
+@wrong_("checkpoint_sequential",
+        "the plain segment first: runs the first segment (with the remainder) plainly, checkpoints the rest")
 def cs_plain_first(blocks, segments, x):
     import torch
 

@@ -1,0 +1,54 @@
+"""Grading helpers for scalar autograd engines: notebook 02's `Value`, `MLP` and `draw_dot`.
+
+Why a package of its own: a scalar engine cannot be graded by comparing two tensors. An
+expression is written once, on symbolic stand-ins that only record the steps (`expressions`),
+then replayed twice: with the learner's `Value` and with PyTorch 0-d float64 tensors. Every
+recorded node then has a reference value and a reference gradient, and the first node whose
+gradient differs from PyTorch's is reported with its op, its inputs and what each of its users
+should have sent (`graph_checks`, `hints`), so the message points at the local derivative that is
+wrong. The failure keeps a copy of the learner's graph (`last_mismatch`), which the learner can
+draw with their own `draw_dot`.
+
+The learner's objects are touched only by drivers (`drivers`, `mlp`, `drawing_checks`), which each
+check runs through `checks.call_student`: in trusted grading they run in the learner's kernel and
+return plain data (`snapshots` of the graph, floats, the Digraph's lines), compared with PyTorch in
+the grader, where the learner's code cannot reach. Nothing here is an answer: the graph walks are
+reachability walks, never the topological order that backward() must compute, and no module draws
+a graph. All random draws come from seeded `random.Random` instances, so every grade is reproducible.
+
+Modules: `expressions` (the tape), `values` (reading and comparing numbers), `snapshots` (the
+learner's graph as data), `drivers`, `graph_checks` (the Value checks), `hints` (what a failure
+message adds), `mlp` (Neuron, Layer, MLP), `drawing_checks` (draw_dot).
+"""
+from autograder.checks.scalar_engine import graph_checks
+from autograder.checks.scalar_engine.drawing_checks import GraphNode, check_drawing, value_graphs
+from autograder.checks.scalar_engine.expressions import (
+    ARITHMETIC_OPS,
+    TRANSCENDENTAL_OPS,
+    Expr,
+    Tape,
+    random_expression,
+    record,
+)
+from autograder.checks.scalar_engine.graph_checks import (
+    check_deep_chain,
+    check_each_op,
+    check_random_expressions,
+    check_two_passes,
+    compare_graph,
+    compare_tape,
+    compare_tapes,
+)
+from autograder.checks.scalar_engine.mlp import check_mlp_gradients, check_zero_grad
+from autograder.checks.scalar_engine.snapshots import GraphMismatch, LearnerNode
+
+__all__ = ["ARITHMETIC_OPS", "TRANSCENDENTAL_OPS", "Expr", "GraphMismatch", "GraphNode", "LearnerNode", "Tape",
+           "check_deep_chain", "check_drawing", "check_each_op", "check_mlp_gradients", "check_random_expressions",
+           "check_two_passes", "check_zero_grad", "compare_graph", "compare_tape", "compare_tapes", "last_mismatch",
+           "random_expression", "record", "value_graphs"]
+
+
+def __getattr__(name):
+    if name == "last_mismatch":  # set by each failing check: read it where it lives, at the time of asking
+        return graph_checks.last_mismatch
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,68 @@
+"""The checks of the closed-form VJP exercises: the learner's function on private copies of a case's
+inputs (same strides), under the guards of `watch`, compared with autograd's result by dtype."""
+import functools
+
+import torch
+
+from autograder import checks
+from autograder.checks.vjps.cases import private_copy, tolerances
+from autograder.checks.vjps.watch import ALLOCATION_FACTOR, ALLOCATION_FLOOR, _nbytes, watched
+
+
+def _allocation_limit(values, broadcast_bytes=0):
+    """The largest tensor a VJP may allocate: ALLOCATION_FACTOR times its largest input (or input
+    broadcast against the others), at least ALLOCATION_FLOOR bytes."""
+    largest = max((_nbytes(v) for v in values if isinstance(v, torch.Tensor)), default=0)
+    return max(ALLOCATION_FACTOR * max(largest, broadcast_bytes), ALLOCATION_FLOOR)
+
+
+def call_vjp(exercise, fn, case, *, forbidden_calls=(), forbidden_ops=()):
+    """The learner's `fn(*case.inputs.values())`, on private copies with the same strides, without
+    autograd, PyTorch's backward kernels, the forbidden calls, or a Jacobian-sized allocation."""
+    originals = list(case.inputs.values())
+    shown = case.shown_inputs()
+    guards = dict(forbidden_ops=forbidden_ops, forbidden_calls=forbidden_calls,
+                  limit_bytes=_allocation_limit(originals, case.broadcast_bytes))
+    driver = functools.partial(run_vjp, exercise, fn, originals, shown, guards)
+    return checks.call_student(exercise, driver, *originals, names=list(case.inputs), no_autograd=True)
+
+
+def run_vjp(exercise, fn, originals, shown, guards, *_clones):
+    """Driver: fn on private copies of `originals` that keep their strides (call_student's own copies,
+    `_clones`, lose a sliced layout), under `watched(**guards)`."""
+    private = [private_copy(v) for v in originals]
+    with watched(exercise, shown, **guards):
+        return fn(*private)
+
+
+def check_vjp(exercise, fn, cases, *, forbidden_calls=()):
+    """Run the learner's VJP on every case and compare with autograd, tolerances by dtype."""
+    for case in cases:
+        got = call_vjp(exercise, fn, case, forbidden_calls=forbidden_calls)
+        expected = case.expected
+        dtype = (expected if isinstance(expected, torch.Tensor) else expected[0]).dtype
+        rtol, atol = tolerances(dtype)
+        checks.expect_close(exercise, got, expected, inputs=case.shown_inputs(), names=case.names,
+                            rtol=rtol, atol=atol)
+
+
+def check_unbroadcast(exercise, fn, cases, *, forbidden_calls=("sum_to_size",)):
+    """check_vjp for `unbroadcast(g, shape)`, naming the classic trap: a 0-d result for a shape that
+    has dimensions comes from `g.sum(dim=())`, which sums every dimension, not none."""
+    for case in cases:
+        target, g = tuple(case.inputs["shape"]), case.inputs["g"]
+        try:
+            got = call_vjp(exercise, fn, case, forbidden_calls=forbidden_calls)
+        except checks.GradingError as err:
+            if " raised " not in str(err) or g.dim() != len(target):
+                raise
+            raise checks.GradingError(f"{err}\n  Here broadcasting added no leading dimension (extra == 0): if your "
+                                      "code sums over dim=tuple(range(extra)), remember that dim=() sums every "
+                                      "dimension, not none.") from None
+        if isinstance(got, torch.Tensor) and got.dim() == 0 and target != ():
+            checks.fail(exercise, f"returned a 0-d tensor for shape {target}: a sum over dim=() sums every dimension, "
+                        "not none, and `g.sum(dim=tuple(range(extra)))` does exactly that when broadcasting added no "
+                        "leading dimension (extra == 0). Skip that sum when there is nothing to remove.",
+                        case.shown_inputs())
+        checks.expect_close(exercise, got, case.expected, inputs=case.shown_inputs(), names=case.names,
+                            rtol=tolerances(case.expected.dtype)[0], atol=tolerances(case.expected.dtype)[1])

@@ -1,0 +1,106 @@
+"""Compare a student's result with a PyTorch reference and say exactly what differs.
+
+Hidden tests call these helpers instead of bare ``assert``s: every failure names the exercise,
+the input, the expected and the received value, and the largest errors. Nothing here runs
+student code (see `autograder.checks.student_calls`) or holds an answer.
+"""
+import torch
+
+# (rtol, atol) by dtype: torch.testing's defaults, written out so grading does not depend on them.
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+}
+SHOWN_ELEMENTS = 12
+
+
+class GradingError(AssertionError):
+    """A failed check whose message tells the learner what to fix."""
+
+
+def describe(value) -> str:
+    """A short, readable description of an input or output."""
+    if isinstance(value, torch.Tensor):
+        head = f"tensor(shape={tuple(value.shape)}, dtype={value.dtype}, device={value.device})"
+        if value.numel() <= SHOWN_ELEMENTS:
+            return f"{head} = {value.detach().cpu().tolist()}"
+        return head
+    if callable(value):
+        return getattr(value, "__qualname__", None) or repr(value)
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def describe_inputs(inputs) -> str:
+    if not inputs:
+        return ""
+    return "\n".join(f"    {name} = {describe(value)}" for name, value in inputs.items())
+
+
+def fail(exercise, what, inputs=None, details=""):
+    """Raise a GradingError that names the exercise, what was wrong and the input it happened on."""
+    message = f"{exercise}: {what}"
+    if inputs:
+        message += f"\n  on input:\n{describe_inputs(inputs)}"
+    if details:
+        message += "\n" + details
+    raise GradingError(message)
+
+
+def _check_meta(exercise, name, got, expected, inputs):
+    if not isinstance(got, torch.Tensor):
+        fail(exercise, f"{name} should be a torch.Tensor, got {type(got).__name__}: {describe(got)}", inputs)
+    if got.shape != expected.shape:
+        fail(exercise, f"{name} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}", inputs)
+    if got.dtype != expected.dtype:
+        fail(exercise, f"{name} has dtype {got.dtype}, expected {expected.dtype}", inputs)
+    if got.device != expected.device:
+        fail(exercise, f"{name} is on device {got.device}, expected {expected.device}", inputs)
+
+
+def _check_values(exercise, name, got, expected, inputs, rtol, atol):
+    got_d, exp_d = got.detach().double(), expected.detach().double()
+    nan_got, nan_exp = torch.isnan(got_d), torch.isnan(exp_d)
+    error = (got_d - exp_d).abs()
+    bad = (error > atol + rtol * exp_d.abs()) | (nan_got != nan_exp)
+    bad &= ~(nan_got & nan_exp)
+    bad |= torch.isinf(got_d) & (got_d != exp_d)
+    if not bad.any():
+        return
+    first = tuple(int(i) for i in bad.nonzero()[0])
+    finite = ~(nan_got | nan_exp)
+    max_abs = error[finite].max().item() if finite.any() else float("nan")
+    max_rel = (error / exp_d.abs().clamp_min(1e-300))[finite].max().item() if finite.any() else float("nan")
+    details = (
+        f"  first mismatch at index {first}: expected {exp_d[first].item():.6g}, got {got_d[first].item():.6g}\n"
+        f"  {int(bad.sum())} of {bad.numel()} elements differ; max abs error {max_abs:.3g}, "
+        f"max rel error {max_rel:.3g} (allowed: atol={atol:g}, rtol={rtol:g} for {expected.dtype})"
+    )
+    if nan_got.any() and not nan_exp.any():
+        details += "\n  your result contains NaN where the reference has none"
+    if expected.numel() <= SHOWN_ELEMENTS:
+        details += f"\n  expected: {exp_d.cpu().tolist()}\n  got:      {got_d.cpu().tolist()}"
+    fail(exercise, f"wrong values in {name}", inputs, details)
+
+
+def expect_close(exercise, got, expected, *, inputs=None, names=None, rtol=None, atol=None):
+    """Check type, shape, dtype and device, then values with tolerances chosen by dtype.
+
+    `expected` is a tensor or a tuple of tensors; `names` labels the parts of a tuple.
+    """
+    if isinstance(expected, torch.Tensor):
+        parts_got, parts_exp, names = [got], [expected], names or ["the result"]
+    else:
+        if not isinstance(got, (tuple, list)):
+            fail(exercise, f"should return a tuple of {len(expected)} tensors, got {describe(got)}", inputs)
+        if len(got) != len(expected):
+            fail(exercise, f"should return {len(expected)} values, got {len(got)}", inputs)
+        parts_got, parts_exp = list(got), list(expected)
+        names = names or [f"output {i}" for i in range(len(expected))]
+    for name, g, e in zip(names, parts_got, parts_exp):
+        _check_meta(exercise, name, g, e, inputs)
+        default_rtol, default_atol = TOLERANCES.get(e.dtype, (0.0, 0.0))
+        _check_values(exercise, name, g, e, inputs,
+                      default_rtol if rtol is None else rtol, default_atol if atol is None else atol)

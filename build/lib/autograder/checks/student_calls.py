@@ -1,0 +1,250 @@
+"""Call a student's code so that whatever it does becomes a readable verdict.
+
+Every check reaches student code through `call_student`: a time limit, warnings and stderr kept
+out of the test cell, an exception turned into a message that names the input, and the guards an
+exercise asks for (no autograd, no call of the PyTorch feature it rebuilds). In trusted grading a
+call that involves a stand-in for a student name (`autograder.checks.boundary.StudentName`) goes
+to that stand-in's kernel instead, and only data comes back.
+"""
+import contextlib
+import inspect
+import io
+import signal
+import sys
+import threading
+import warnings
+
+import torch
+
+from autograder.checks import boundary
+from autograder.checks.compare import GradingError, describe, expect_close, fail
+
+
+class _TimeLimit(BaseException):
+    """Raised inside student code when it runs too long (BaseException: a bare except won't eat it)."""
+
+
+class UsedAnswerKey(BaseException):
+    """Raised when student code calls one of the grader's answer keys (`autograder.grader.keys`)."""
+
+
+_running = threading.local()  # per thread: trusted grading's in-process kernel answers in a thread of its own
+
+
+def inside_student_call() -> bool:
+    """Whether this thread is running student code now; answer keys refuse to run there."""
+    return getattr(_running, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def _student_code():
+    _running.depth = getattr(_running, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _running.depth -= 1
+
+
+@contextlib.contextmanager
+def _time_limit(seconds):
+    """Interrupt the block after `seconds` where the OS allows it (main thread on Unix)."""
+    usable = seconds and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise _TimeLimit()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# Every public door into autograd, plus the engine call that torch.autograd.grad/backward share,
+# so that a name bound early (`from torch.autograd import grad`) is caught too.
+_AUTOGRAD_DOORS = [
+    (torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward"),
+    (torch.autograd, "_engine_run_backward"), (torch.autograd.graph, "_engine_run_backward"),
+    *[(torch.autograd.functional, n) for n in ("jacobian", "hessian", "vjp", "jvp", "vhp", "hvp")],
+    *[(torch.func, n) for n in ("grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian")],
+]
+
+
+@contextlib.contextmanager
+def _autograd_forbidden(exercise):
+    """Make every use of autograd raise, for exercises that must be derived by hand."""
+    def refusal():
+        # one function per door: torch._dynamo, imported while the doors are shut, rejects
+        # a single function object registered under several torch names
+        def refuse(*args, **kwargs):
+            raise _UsedAutograd()
+        return refuse
+
+    saved = [(owner, name, getattr(owner, name)) for owner, name in _AUTOGRAD_DOORS if hasattr(owner, name)]
+    for owner, name, _ in saved:
+        setattr(owner, name, refusal())
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+class _UsedAutograd(BaseException):
+    """Raised when an exercise that must be derived by hand calls autograd."""
+
+
+@contextlib.contextmanager
+def recursion_headroom(frames=2000):
+    """Cap the recursion limit at the current depth + `frames` (never raise it), so that a
+    recursive graph walk fails the same way on every machine, whatever limit a kernel set."""
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(min(previous, depth + frames))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(previous)
+
+
+def _copy(value):
+    """Give the student a private copy, so an in-place edit cannot change the reference's input."""
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
+def _code_objects(thing, seen=None):
+    """The Python code a function or class runs, so a call is seen however the name was bound."""
+    seen = set() if seen is None else seen
+    if id(thing) in seen:  # an autograd Function and its backward class point at each other
+        return set()
+    seen.add(id(thing))
+    if isinstance(thing, type):
+        return {code for value in vars(thing).values() for code in _code_objects(value, seen)}
+    if isinstance(thing, (staticmethod, classmethod)):
+        return _code_objects(thing.__func__, seen)
+    if isinstance(thing, property):
+        return {code for f in (thing.fget, thing.fset) if f for code in _code_objects(f, seen)}
+    code = getattr(inspect.unwrap(thing), "__code__", None) if callable(thing) else None
+    return {code} if code is not None else set()
+
+
+def _qualified(thing) -> str:
+    return f"{getattr(thing, '__module__', '?')}.{getattr(thing, '__qualname__', repr(thing))}"
+
+
+@contextlib.contextmanager
+def forbidden(exercise, *things, inputs=None):
+    """Fail the exercise if the block calls any of `things` (PyTorch features it must rebuild).
+
+    A profile hook watches every Python call, so `from torch.amp import GradScaler` bound
+    before grading, a subclass or an alias are all caught; the block runs to its end first.
+    """
+    codes = {code for thing in things for code in _code_objects(thing)}
+    by_code = {code: thing for thing in things for code in _code_objects(thing)}
+    used = []
+
+    def watch(frame, event, arg):
+        if event == "call" and frame.f_code in codes and not used:
+            used.append(by_code[frame.f_code])
+
+    def report():
+        fail(exercise, f"called {_qualified(used[0])}: this exercise asks you to build that yourself, "
+                        "not to call PyTorch's version", inputs)
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        yield
+    except BaseException:
+        if used:  # the forbidden call is the news, not whatever went wrong after it
+            sys.setprofile(previous)
+            report()
+        raise
+    finally:
+        sys.setprofile(previous)
+    if used:
+        report()
+
+
+def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=False, forbid=()):
+    """Call a student's function; turn any exception, warning or endless loop into a clear message.
+
+    `names` labels the arguments in messages (default: arg0, arg1, ...); `no_autograd=True`
+    rejects an answer that calls autograd instead of computing the derivative itself; `forbid`
+    lists PyTorch functions or classes the answer must not call (see `forbidden`).
+    """
+    remote = boundary.remote_for(fn, args)
+    if remote is not None:  # trusted grading: this runs in the grader, the student's code in the kernel
+        return remote.call(exercise, fn, args, dict(names=names, time_limit=time_limit,
+                                                    no_autograd=no_autograd, forbid=forbid))
+    inputs = dict(zip(names or [f"arg{i}" for i in range(len(args))], args))
+    if not callable(fn):
+        fail(exercise, f"expected a function, but the name holds {describe(fn)}")
+    stderr = io.StringIO()
+    guard = _autograd_forbidden(exercise) if no_autograd else contextlib.nullcontext()
+    watch = forbidden(exercise, *forbid, inputs=inputs) if forbid else contextlib.nullcontext()
+    try:
+        with (watch, warnings.catch_warnings(), contextlib.redirect_stderr(stderr), _time_limit(time_limit), guard,
+              _student_code()):
+            warnings.simplefilter("ignore")
+            return fn(*[_copy(a) for a in args])
+    except NotImplementedError:
+        fail(exercise, "not implemented yet: replace `raise NotImplementedError` with your code")
+    except _UsedAutograd:
+        fail(exercise, "called autograd (backward, torch.autograd.grad or torch.func); "
+                        "this exercise asks you to compute the derivative yourself", inputs)
+    except UsedAnswerKey as used:
+        fail(exercise, f"called the course's answer key ({used}): write your own implementation", inputs)
+    except _TimeLimit:
+        fail(exercise, f"did not return within {time_limit:g} s: is there a loop that never ends?", inputs)
+    except GradingError:
+        raise
+    except Exception as err:  # any bug in student code becomes a readable failure
+        fail(exercise, f"raised {type(err).__name__}: {err}", inputs)
+
+
+def input_change(fn, *args) -> float:
+    """Call `fn(*args)`; return the largest change it made to a tensor argument (inf for NaN).
+
+    A driver: pass it to `call_student` with the student's function as its first argument, so it
+    runs wherever the student's code runs (in trusted grading, the kernel).
+    """
+    before = [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
+    fn(*args)
+    changes = [0.0 if torch.equal(a, b) else float((a.double() - b.double()).abs().nan_to_num(float("inf")).max())
+               for a, b in zip(args, before) if b is not None and b.numel()]
+    return max(changes, default=0.0)
+
+
+def run_cases(exercise, student_fn, cases, options) -> dict:
+    """A driver: the student's function on every case, each through `call_student`, stopping at
+    the first failure. One call of it, in trusted grading, is one trip to the kernel."""
+    results = []
+    for case in cases:
+        try:
+            results.append(call_student(exercise, student_fn, *case.values(), names=list(case), **options))
+        except GradingError as err:
+            return {"results": results, "failure": str(err)}
+    return {"results": results, "failure": None}
+
+
+def check_cases(exercise, student_fn, reference_fn, cases, *, no_autograd=False, forbid=(), **compare):
+    """Run the student's function and the reference on every case (a dict of named inputs);
+    report the first case that fails, in order."""
+    ran = call_student(exercise, run_cases, exercise, student_fn, cases,
+                       dict(no_autograd=no_autograd, forbid=forbid), time_limit=0)  # each case has its own limit
+    if not isinstance(ran, dict) or not isinstance(ran.get("results"), list) or len(ran["results"]) > len(cases):
+        fail(exercise, "no readable answer came back from your notebook")
+    for case, got in zip(cases, ran["results"]):
+        expect_close(exercise, got, reference_fn(*case.values()), inputs=case, **compare)
+    if ran["failure"] is not None:
+        raise GradingError(ran["failure"])
+    if len(ran["results"]) < len(cases):
+        fail(exercise, "no readable answer came back from your notebook")

@@ -1,0 +1,204 @@
+"""The quiz files, ``autograder/learner/quizzes/<notebook>.yaml``, read and checked against the schema.
+
+A file has ``notebook:`` and ``sections:`` with exactly ``predict``, ``retrieve`` and ``concept_check``,
+in that order, each ``{title, questions}``. Every question has an ``id`` (unique in the file), a
+``kind``, a ``prompt`` (Markdown), an optional ``code`` (a Python snippet shown above the prompt),
+a ``why`` (shown after an answer; a choice question has one per choice instead), and in ``retrieve``
+a ``level`` (factual, conceptual or synthetic). The kinds:
+
+- ``numeric`` (produced): ``answer`` (a number), ``tolerance: {abs: x}`` or ``{rel: x}`` (default
+  ``rel: 1e-6``), optional ``unit``;
+- ``short`` (produced): ``accept``, the answers that count (compared after lower-casing and removing
+  whitespace, backticks and surrounding quotes);
+- ``recall`` (produced): ``answer``, the model answer; the learner rates their own recall;
+- ``choice`` (recognition): ``choices``, each ``{id, text, why}``, exactly one with ``correct: true``.
+
+Anything else in a question (a misspelt ``tolerence``) is an error that names the question, so a
+typo cannot silently change how answers are judged.
+"""
+import dataclasses
+import importlib.resources
+import math
+
+import yaml
+
+SECTIONS = ("predict", "retrieve", "concept_check")
+LEVELS = ("factual", "conceptual", "synthetic")
+PRODUCED = ("numeric", "short", "recall")
+KINDS = PRODUCED + ("choice",)
+RATINGS = ("again", "hard", "good", "easy")
+DEFAULT_TOLERANCE = {"rel": 1e-6}
+_COMMON = {"id", "kind", "prompt", "code", "why", "level"}
+_FIELDS = {"numeric": _COMMON | {"answer", "tolerance", "unit"}, "short": _COMMON | {"accept"},
+           "recall": _COMMON | {"answer"}, "choice": _COMMON | {"choices"}}
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where built: a review reads every file
+
+
+class QuizFileError(ValueError):
+    """A quiz data file that does not follow the schema."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    id: str
+    text: str
+    why: str
+    correct: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+    notebook: str
+    section: str
+    id: str
+    kind: str
+    prompt: str
+    why: str = ""
+    code: str = ""
+    level: str = ""
+    choices: tuple = ()  # of Choice, in the file's order (shown shuffled)
+    answer: object = None  # a number (numeric) or the model answer (recall)
+    tolerance: tuple = ()  # (("abs" or "rel", value), ...)
+    unit: str = ""
+    accept: tuple = ()
+
+    @property
+    def produced(self) -> bool:
+        return self.kind in PRODUCED
+
+    @property
+    def right_choice(self) -> Choice:
+        return next(c for c in self.choices if c.correct)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _number(value):
+    """A YAML number, or None. PyYAML reads `1e-6` (no dot) as a string, so such strings count too."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    return value if _is_number(value) else None
+
+
+def _text(raw, key, where, required=True) -> str:
+    value = raw.get(key, "")
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise QuizFileError(f"{where}: '{key}' must be {'a non-empty' if required else 'a'} string")
+    return value
+
+
+def _choices(raw, where) -> tuple:
+    choices = raw.get("choices")
+    if not isinstance(choices, list) or len(choices) < 2:
+        raise QuizFileError(f"{where}: a choice question needs 2+ choices")
+    parsed = []
+    for c in choices:
+        if not isinstance(c, dict) or set(c) - {"id", "text", "why", "correct"}:
+            raise QuizFileError(f"{where}: every choice is {{id, text, why}} (and correct: true on one)")
+        if not all(isinstance(c.get(k), str) and c[k].strip() for k in ("id", "text", "why")):
+            raise QuizFileError(f"{where}: every choice needs an id, a text and a why")
+        if c.get("correct", False) not in (True, False):
+            raise QuizFileError(f"{where}: choice {c['id']}: correct is true or absent")
+        parsed.append(Choice(c["id"], c["text"], c["why"], c.get("correct", False)))
+    if sum(c.correct for c in parsed) != 1:
+        raise QuizFileError(f"{where}: exactly one choice must be correct")
+    if len({c.id for c in parsed}) != len(parsed):
+        raise QuizFileError(f"{where}: two choices share an id")
+    return tuple(parsed)
+
+
+def _tolerance(raw, where) -> tuple:
+    tolerance = raw.get("tolerance", DEFAULT_TOLERANCE)
+    bounds = {k: _number(v) for k, v in tolerance.items()} if isinstance(tolerance, dict) else {}
+    if not bounds or set(bounds) - {"abs", "rel"} or not all(v is not None and v >= 0 for v in bounds.values()):
+        raise QuizFileError(f"{where}: tolerance is {{abs: x}} or {{rel: x}} with x >= 0")
+    return tuple(sorted(bounds.items()))
+
+
+def parse_question(notebook: str, section: str, raw) -> Question:
+    """One question of `notebook`'s `section`, checked against the schema (see the module doc)."""
+    if not isinstance(raw, dict):
+        raise QuizFileError(f"{notebook}.yaml, section {section}: a question is a mapping, got {raw!r}")
+    where = f"{notebook}.yaml, section {section}, question {raw.get('id', '?')}"
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        raise QuizFileError(f"{where}: kind is one of {', '.join(KINDS)}, not {kind!r}")
+    unknown = set(raw) - _FIELDS[kind]
+    if unknown:
+        raise QuizFileError(f"{where}: unknown field(s) {', '.join(sorted(unknown))} for a {kind} question")
+    fields = {"id": _text(raw, "id", where), "prompt": _text(raw, "prompt", where),
+              "code": _text(raw, "code", where, required=False),
+              "why": _text(raw, "why", where, required=kind in ("numeric", "short"))}
+    level = raw.get("level", "")
+    if section == "retrieve" and level not in LEVELS:
+        raise QuizFileError(f"{where}: a retrieve question needs a level: {', '.join(LEVELS)}")
+    if level and level not in LEVELS:
+        raise QuizFileError(f"{where}: level is one of {', '.join(LEVELS)}")
+    if kind == "choice":
+        fields["choices"] = _choices(raw, where)
+    elif kind == "numeric":
+        if _number(raw.get("answer")) is None:
+            raise QuizFileError(f"{where}: a numeric question needs a number as its answer")
+        fields.update(answer=_number(raw["answer"]), tolerance=_tolerance(raw, where),
+                      unit=_text(raw, "unit", where, required=False))
+    elif kind == "short":
+        accept = raw.get("accept")
+        if not isinstance(accept, list) or not accept or not all(
+                isinstance(a, str) and a.strip() or _is_number(a) for a in accept):
+            raise QuizFileError(f"{where}: a short question needs accept: a list of answers")
+        fields["accept"] = tuple(str(a) for a in accept)
+    else:
+        fields["answer"] = _text(raw, "answer", where)  # a recall question's model answer
+    return Question(notebook, section, kind=kind, level=level, **fields)
+
+
+def quiz_folder():
+    return importlib.resources.files("autograder.learner") / "quizzes"
+
+
+def course_notebooks() -> list:
+    """The notebooks that have quizzes, in course order (the sorted names of the quiz files)."""
+    return sorted(p.name[:-len(".yaml")] for p in quiz_folder().iterdir() if p.name.endswith(".yaml"))
+
+
+def load_quiz(notebook: str) -> dict:
+    """{section: (title, [Question, ...])} for one notebook, validated."""
+    source = quiz_folder() / f"{notebook}.yaml"
+    if not source.is_file():
+        raise QuizFileError(f"no quiz for a notebook named {notebook!r}; "
+                            f"the course's notebooks are: {', '.join(course_notebooks())}")
+    raw = yaml.load(source.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
+    if not isinstance(raw, dict) or raw.get("notebook") != notebook or not isinstance(raw.get("sections"), dict):
+        raise QuizFileError(f"{notebook}.yaml: needs 'notebook: {notebook}' and 'sections:'")
+    if tuple(raw["sections"]) != SECTIONS:
+        raise QuizFileError(f"{notebook}.yaml: the sections are {', '.join(SECTIONS)}, in that order; "
+                            f"found {', '.join(map(str, raw['sections']))}")
+    quiz, seen = {}, set()
+    for section, body in raw["sections"].items():
+        if not isinstance(body, dict) or not isinstance(body.get("title"), str) \
+                or not isinstance(body.get("questions"), list) or not body["questions"]:
+            raise QuizFileError(f"{notebook}.yaml, section {section}: needs a title and a list of questions")
+        questions = [parse_question(notebook, section, q) for q in body["questions"]]
+        for q in questions:
+            if q.id in seen:
+                raise QuizFileError(f"{notebook}.yaml: question id {q.id!r} is used twice")
+            seen.add(q.id)
+        quiz[section] = (body["title"], questions)
+    return quiz
+
+
+def all_questions(notebook: str) -> list:
+    """Every question of `notebook`, in file order."""
+    return [q for _title, questions in load_quiz(notebook).values() for q in questions]
+
+
+def find_question(notebook: str, question_id: str) -> Question:
+    for q in all_questions(notebook):
+        if q.id == question_id:
+            return q
+    raise KeyError(f"{notebook} has no quiz question {question_id!r}")

@@ -1,0 +1,558 @@
+"""Notebook 07: the bugs learners write when they backpropagate through a whole network by hand
+(embedding, BatchNorm and its running statistics, the full backward pass, the training loop), and
+correct answers written differently from the solution (op by op against fused, one-hot products
+against index_add_, lerp, ...)."""
+import functools
+
+from mutants import right, wrong
+
+NB = "07_by_hand"
+wrong_ = functools.partial(wrong, NB)
+right_ = functools.partial(right, NB)
+
+
+# batchnorm_backward(dout, x, gamma, eps=1e-5) ------------------------------------------------------
+# (first entry: a plain function, pasted into a submission by the nbgrader end-to-end test)
+@wrong_("batchnorm_backward", "treats the mean and the variance as constants: dx = gamma * istd * dout")
+def bn_no_statistics_terms(dout, x, gamma, eps=1e-5):
+    mean = x.mean(0)
+    var = ((x - mean) ** 2).mean(0)
+    istd = (var + eps) ** -0.5
+    xhat = (x - mean) * istd
+    return gamma * istd * dout, (dout * xhat).sum(0), dout.sum(0)
+
+
+@wrong_("batchnorm_backward", "forgets the term from the mean: dx off by a constant in each channel")
+def bn_no_mean_term(dout, x, gamma, eps=1e-5):
+    N = x.shape[0]
+    mean = x.mean(0)
+    istd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
+    xhat = (x - mean) * istd
+    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
+    return gamma * istd / N * (N * dout - xhat * dgamma), dgamma, dbeta
+
+
+@wrong_("batchnorm_backward", "forgets the term from the variance: dx off by a multiple of xhat in each channel")
+def bn_no_variance_term(dout, x, gamma, eps=1e-5):
+    N = x.shape[0]
+    mean = x.mean(0)
+    istd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
+    xhat = (x - mean) * istd
+    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
+    return gamma * istd / N * (N * dout - dbeta), dgamma, dbeta
+
+
+@wrong_("batchnorm_backward", "normalises with the unbiased variance (torch.var's default), op by op")
+def bn_unbiased_variance(dout, x, gamma, eps=1e-5):
+    N = x.shape[0]
+    mean = x.mean(0)
+    c = x - mean
+    var = x.var(0)  # unbiased: divides by N - 1
+    r = (var + eps) ** -0.5
+    xhat = c * r
+    dxhat = dout * gamma
+    dr = (dxhat * c).sum(0)
+    dvar = -0.5 * r ** 3 * dr
+    dc = dxhat * r + 2 / (N - 1) * c * dvar
+    return dc - dc.mean(0), (dout * xhat).sum(0), dout.sum(0)
+
+
+@wrong_("batchnorm_backward", "sums dgamma and dbeta over the channels (dim 1) instead of the batch")
+def bn_wrong_axis(dout, x, gamma, eps=1e-5):
+    N = x.shape[0]
+    mean = x.mean(0)
+    istd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
+    xhat = (x - mean) * istd
+    dx = gamma * istd / N * (N * dout - dout.sum(0) - xhat * (dout * xhat).sum(0))
+    return dx, (dout * xhat).sum(1), dout.sum(1)
+
+
+@wrong_("batchnorm_backward", "dgamma and dbeta swapped")
+def bn_swapped(dout, x, gamma, eps=1e-5):
+    N = x.shape[0]
+    mean = x.mean(0)
+    istd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
+    xhat = (x - mean) * istd
+    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
+    return gamma * istd / N * (N * dout - dbeta - xhat * dgamma), dbeta, dgamma
+
+
+@wrong_("batchnorm_backward", "eps added to the standard deviation, not to the variance")
+def bn_eps_outside(dout, x, gamma, eps=1e-5):
+    N = x.shape[0]
+    mean = x.mean(0)
+    std = ((x - mean) ** 2).mean(0).sqrt()
+    istd = 1 / (std + eps)
+    xhat = (x - mean) * istd
+    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
+    return gamma * istd / N * (N * dout - dbeta - xhat * dgamma), dgamma, dbeta
+
+
+@wrong_("batchnorm_backward", "dx without the factor gamma")
+def bn_no_gamma(dout, x, gamma, eps=1e-5):
+    N = x.shape[0]
+    mean = x.mean(0)
+    istd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
+    xhat = (x - mean) * istd
+    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
+    return istd / N * (N * dout - dbeta - xhat * dgamma), dgamma, dbeta
+
+
+@wrong_("batchnorm_backward", "takes xhat from F.batch_norm (forbidden inside the exercise)")
+def bn_calls_f_batch_norm(dout, x, gamma, eps=1e-5):
+    import torch.nn.functional as F
+    N = x.shape[0]
+    xhat = F.batch_norm(x, None, None, training=True, eps=eps)
+    istd = (((x - x.mean(0)) ** 2).mean(0) + eps) ** -0.5
+    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
+    return gamma * istd / N * (N * dout - dbeta - xhat * dgamma), dgamma, dbeta
+
+
+@wrong_("batchnorm_backward", "asks autograd")
+def bn_autograd(dout, x, gamma, eps=1e-5):
+    import torch
+    x, gamma = x.clone().requires_grad_(), gamma.clone().requires_grad_()
+    beta = torch.zeros_like(gamma, requires_grad=True)
+    mean = x.mean(0)
+    y = gamma * (x - mean) / torch.sqrt(((x - mean) ** 2).mean(0) + eps) + beta
+    return torch.autograd.grad(y, (x, gamma, beta), dout)
+
+
+@wrong_("batchnorm_backward", "calls PyTorch's backward kernel aten::native_batch_norm_backward directly")
+def bn_aten_kernel(dout, x, gamma, eps=1e-5):
+    import torch
+    mean = x.mean(0)
+    invstd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
+    return torch.ops.aten.native_batch_norm_backward(dout, x, gamma, None, None, mean, invstd, True, eps,
+                                                     [True, True, True])
+
+
+@right_("batchnorm_backward", "op by op, one line per forward operation (section 4.1's table)")
+def bn_op_by_op(dout, x, gamma, eps=1e-5):
+    N = x.shape[0]
+    mean = x.mean(0)
+    c = x - mean
+    var = (c * c).mean(0)
+    r = (var + eps) ** -0.5
+    xhat = c * r
+    dxhat = dout * gamma
+    dr = (dxhat * c).sum(0)
+    dvar = -0.5 * r ** 3 * dr
+    dc = dxhat * r + 2 / N * c * dvar
+    dmean = -dc.sum(0)
+    return dc + dmean / N, (dout * xhat).sum(0), dout.sum(0)
+
+
+@right_("batchnorm_backward", "fused with means instead of sums, torch.var_mean and rsqrt")
+def bn_means(dout, x, gamma, eps=1e-5):
+    import torch
+    var, mean = torch.var_mean(x, 0, unbiased=False)
+    istd = torch.rsqrt(var + eps)
+    xhat = (x - mean) * istd
+    dx = gamma * istd * (dout - dout.mean(0) - xhat * (dout * xhat).mean(0))
+    return dx, (dout * xhat).sum(0), dout.sum(0)
+
+
+# embedding_backward(dout, idx, num_embeddings) ------------------------------------------------------
+@wrong_("embedding_backward", "grad[idx] += dout: repeated indices keep one contribution")
+def emb_plus_equals(dout, idx, num_embeddings):
+    import torch
+    grad = torch.zeros(num_embeddings, dout.shape[-1], dtype=dout.dtype, device=dout.device)
+    grad[idx] += dout
+    return grad
+
+
+@wrong_("embedding_backward", "indexed assignment of the flattened rows: the last write wins")
+def emb_assign(dout, idx, num_embeddings):
+    import torch
+    D = dout.shape[-1]
+    grad = torch.zeros(num_embeddings, D, dtype=dout.dtype, device=dout.device)
+    grad[idx.reshape(-1)] = dout.reshape(-1, D)
+    return grad
+
+
+@wrong_("embedding_backward", "sizes the table from the largest index instead of num_embeddings")
+def emb_rows_from_max(dout, idx, num_embeddings):
+    import torch
+    D = dout.shape[-1]
+    grad = torch.zeros(int(idx.max()) + 1, D, dtype=dout.dtype, device=dout.device)
+    return grad.index_add_(0, idx.reshape(-1), dout.reshape(-1, D))
+
+
+@wrong_("embedding_backward", "torch.zeros without dtype and device: a float32 table on the CPU")
+def emb_default_dtype(dout, idx, num_embeddings):
+    import torch
+    D = dout.shape[-1]
+    grad = torch.zeros(num_embeddings, D)
+    return grad.index_add_(0, idx.reshape(-1).cpu(), dout.reshape(-1, D).float().cpu())
+
+
+@wrong_("embedding_backward", "assumes a 2-D batch of indices (N, T)")
+def emb_assumes_two_dims(dout, idx, num_embeddings):
+    import torch
+    N, T = idx.shape
+    grad = torch.zeros(num_embeddings, dout.shape[-1], dtype=dout.dtype, device=dout.device)
+    for n in range(N):
+        for t in range(T):
+            grad[idx[n, t]] += dout[n, t]
+    return grad
+
+
+@wrong_("embedding_backward", "asks autograd through F.embedding")
+def emb_autograd(dout, idx, num_embeddings):
+    import torch
+    import torch.nn.functional as F
+    table = torch.zeros(num_embeddings, dout.shape[-1], dtype=dout.dtype, device=dout.device, requires_grad=True)
+    F.embedding(idx, table).backward(dout)
+    return table.grad
+
+
+@wrong_("embedding_backward", "calls PyTorch's kernel aten::embedding_dense_backward")
+def emb_aten_kernel(dout, idx, num_embeddings):
+    import torch
+    D = dout.shape[-1]
+    return torch.ops.aten.embedding_dense_backward(dout.reshape(-1, D), idx.reshape(-1), num_embeddings, -1, False)
+
+
+@wrong_("embedding_backward", "records table[idx] and calls the node's backward by hand (grad_fn(dout))")
+def emb_grad_fn_apply(dout, idx, num_embeddings):
+    import torch
+    table = torch.zeros(num_embeddings, dout.shape[-1], dtype=dout.dtype, device=dout.device, requires_grad=True)
+    return table[idx].grad_fn(dout)
+
+
+@right_("embedding_backward", "a one-hot matrix product")
+def emb_one_hot(dout, idx, num_embeddings):
+    import torch.nn.functional as F
+    D = dout.shape[-1]
+    return F.one_hot(idx.reshape(-1), num_embeddings).to(dout.dtype).T @ dout.reshape(-1, D)
+
+
+@right_("embedding_backward", "index_put_ with accumulate=True")
+def emb_index_put(dout, idx, num_embeddings):
+    import torch
+    D = dout.shape[-1]
+    grad = torch.zeros(num_embeddings, D, dtype=dout.dtype, device=dout.device)
+    return grad.index_put_((idx.reshape(-1),), dout.reshape(-1, D), accumulate=True)
+
+
+@right_("embedding_backward", "a Python loop with += per position")
+def emb_loop(dout, idx, num_embeddings):
+    import torch
+    D = dout.shape[-1]
+    grad = torch.zeros(num_embeddings, D, dtype=dout.dtype, device=dout.device)
+    for i, row in zip(idx.reshape(-1).tolist(), dout.reshape(-1, D)):
+        grad[i] += row
+    return grad
+
+
+@right_("embedding_backward", "scatter_add_ with the indices expanded along D")
+def emb_scatter_add(dout, idx, num_embeddings):
+    import torch
+    D = dout.shape[-1]
+    grad = torch.zeros(num_embeddings, D, dtype=dout.dtype, device=dout.device)
+    return grad.scatter_add_(0, idx.reshape(-1, 1).expand(-1, D), dout.reshape(-1, D))
+
+
+# batchnorm_update_running(running_mean, running_var, x, momentum=0.1) ---------------------------------
+@wrong_("batchnorm_update_running", "the running variance takes the biased variance")
+def run_biased(running_mean, running_var, x, momentum=0.1):
+    dims = [0, *range(2, x.dim())]
+    return ((1 - momentum) * running_mean + momentum * x.mean(dims),
+            (1 - momentum) * running_var + momentum * x.var(dims, unbiased=False))
+
+
+@wrong_("batchnorm_update_running", "Keras's momentum convention: momentum is the old value's weight")
+def run_momentum_swapped(running_mean, running_var, x, momentum=0.1):
+    dims = [0, *range(2, x.dim())]
+    return (momentum * running_mean + (1 - momentum) * x.mean(dims),
+            momentum * running_var + (1 - momentum) * x.var(dims))
+
+
+@wrong_("batchnorm_update_running", "updates the caller's buffers in place, as the module does")
+def run_in_place(running_mean, running_var, x, momentum=0.1):
+    dims = [0, *range(2, x.dim())]
+    running_mean.mul_(1 - momentum).add_(momentum * x.mean(dims))
+    running_var.mul_(1 - momentum).add_(momentum * x.var(dims))
+    return running_mean, running_var
+
+
+@wrong_("batchnorm_update_running", "(N, C, L): statistics over the batch only, one per channel and position")
+def run_batch_dim_only(running_mean, running_var, x, momentum=0.1):
+    return ((1 - momentum) * running_mean + momentum * x.mean(0),
+            (1 - momentum) * running_var + momentum * x.var(0))
+
+
+@wrong_("batchnorm_update_running", "(N, C, L): Bessel's correction with N - 1 instead of N * L - 1")
+def run_wrong_divisor(running_mean, running_var, x, momentum=0.1):
+    dims = [0, *range(2, x.dim())]
+    N = x.shape[0]
+    var = x.var(dims, unbiased=False) * N / (N - 1)
+    return (1 - momentum) * running_mean + momentum * x.mean(dims), (1 - momentum) * running_var + momentum * var
+
+
+@wrong_("batchnorm_update_running", "ignores the momentum argument (always 0.1)")
+def run_fixed_momentum(running_mean, running_var, x, momentum=0.1):
+    dims = [0, *range(2, x.dim())]
+    return 0.9 * running_mean + 0.1 * x.mean(dims), 0.9 * running_var + 0.1 * x.var(dims)
+
+
+@wrong_("batchnorm_update_running", "lets F.batch_norm update copies of the buffers")
+def run_f_batch_norm(running_mean, running_var, x, momentum=0.1):
+    import torch.nn.functional as F
+    mean, var = running_mean.clone(), running_var.clone()
+    F.batch_norm(x, mean, var, training=True, momentum=momentum)
+    return mean, var
+
+
+@right_("batchnorm_update_running", "torch.lerp, channels last and torch.var_mean")
+def run_lerp(running_mean, running_var, x, momentum=0.1):
+    import torch
+    flat = x.transpose(0, 1).reshape(x.shape[1], -1)  # (C, N * L)
+    var, mean = torch.var_mean(flat, dim=1)
+    return torch.lerp(running_mean, mean, momentum), torch.lerp(running_var, var, momentum)
+
+
+@right_("batchnorm_update_running", "sums written out, Bessel's correction by hand")
+def run_sums(running_mean, running_var, x, momentum=0.1):
+    dims = [0, *range(2, x.dim())]
+    n = x.numel() // x.shape[1]
+    mean = x.sum(dims) / n
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    var = ((x - mean.view(shape)) ** 2).sum(dims) / (n - 1)
+    return running_mean + momentum * (mean - running_mean), running_var + momentum * (var - running_var)
+
+
+# manual_backward(params, cache, targets) -------------------------------------------------------------
+def _backward(params, cache, targets, *, divide=True, one_hot=True, slope_from="a", bn_terms=True,
+              accumulate=True):
+    """The model's backward pass, with switches that turn one step into a learner's slip."""
+    import torch
+    N = targets.shape[0]
+    g = {}
+    dlogits = cache["logp"].exp()
+    if one_hot:
+        dlogits[torch.arange(N, device=targets.device), targets] -= 1
+    if divide:
+        dlogits = dlogits / N
+    g["b2"], g["W2"] = dlogits.sum(0), cache["a"].T @ dlogits
+    slope = 1 - cache[slope_from] ** 2
+    dbn = dlogits @ params["W2"].T * slope
+    xhat, istd = cache["xhat"], cache["istd"]
+    g["beta"], g["gamma"] = dbn.sum(0), (dbn * xhat).sum(0)
+    dxhat = dbn * params["gamma"]
+    dh = istd * (dxhat - dxhat.mean(0) - xhat * (dxhat * xhat).mean(0)) if bn_terms else istd * dxhat
+    g["b1"], g["W1"] = dh.sum(0), cache["x"].T @ dh
+    demb = (dh @ params["W1"].T).reshape(-1, cache["emb"].shape[-1])
+    g["C"] = torch.zeros_like(params["C"])
+    if accumulate:
+        g["C"].index_add_(0, cache["tokens"].reshape(-1), demb)
+    else:
+        g["C"][cache["tokens"].reshape(-1)] = demb
+    return g
+
+
+@wrong_("manual_backward", "dlogits not divided by the batch size")
+def mb_not_divided(params, cache, targets):
+    from mutants.nb07_by_hand import _backward
+    return _backward(params, cache, targets, divide=False)
+
+
+@wrong_("manual_backward", "softmax without the -1 at the target class")
+def mb_no_one_hot(params, cache, targets):
+    from mutants.nb07_by_hand import _backward
+    return _backward(params, cache, targets, one_hot=False)
+
+
+@wrong_("manual_backward", "tanh's slope from its input: 1 - bn**2")
+def mb_tanh_slope_from_input(params, cache, targets):
+    from mutants.nb07_by_hand import _backward
+    return _backward(params, cache, targets, slope_from="bn")
+
+
+@wrong_("manual_backward", "BatchNorm backward without the terms of the mean and the variance")
+def mb_bn_without_statistics(params, cache, targets):
+    from mutants.nb07_by_hand import _backward
+    return _backward(params, cache, targets, bn_terms=False)
+
+
+@wrong_("manual_backward", "embedding gradient by indexed assignment: repeated tokens keep one contribution")
+def mb_embedding_assign(params, cache, targets):
+    from mutants.nb07_by_hand import _backward
+    return _backward(params, cache, targets, accumulate=False)
+
+
+@wrong_("manual_backward", "leaves out b1, whose gradient is zero anyway")
+def mb_without_b1(params, cache, targets):
+    from mutants.nb07_by_hand import _backward
+    grads = _backward(params, cache, targets)
+    del grads["b1"]
+    return grads
+
+
+@wrong_("manual_backward", "asks autograd, recomputing the forward from the cache's tokens")
+def mb_autograd(params, cache, targets):
+    import torch
+
+    from autograder.checks.by_hand import forward
+    leaves = {k: v.clone().requires_grad_() for k, v in params.items()}
+    loss, _ = forward(leaves, cache["tokens"], targets)
+    return dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
+
+
+@right_("manual_backward", "op-by-op BatchNorm recomputed from h, one-hot matrices for the loss and the table")
+def mb_op_by_op(params, cache, targets):
+    import torch.nn.functional as F
+    N, V = cache["logits"].shape
+    dlogits = (cache["logits"].softmax(-1) - F.one_hot(targets, V).to(cache["logits"].dtype)) / N
+    dbn = (dlogits @ params["W2"].T) * (1 - cache["a"] ** 2)
+    h = cache["h"]
+    mean = h.mean(0)
+    c = h - mean
+    r = ((c * c).mean(0) + 1e-5) ** -0.5
+    dxhat = dbn * params["gamma"]
+    dvar = -0.5 * r ** 3 * (dxhat * c).sum(0)
+    dc = dxhat * r + 2 / N * c * dvar
+    dh = dc - dc.sum(0) / N
+    demb = (dh @ params["W1"].T).reshape(-1, params["C"].shape[1])
+    onehot = F.one_hot(cache["tokens"].reshape(-1), params["C"].shape[0]).to(demb.dtype)
+    return {"b2": dlogits.sum(0), "W2": cache["a"].T @ dlogits, "beta": dbn.sum(0),
+            "gamma": (dbn * c * r).sum(0), "b1": dh.sum(0), "W1": cache["x"].T @ dh, "C": onehot.T @ demb}
+
+
+# train_by_hand(params, data, steps, lr) --------------------------------------------------------------
+@wrong_("train_by_hand", "climbs: p += lr * grad")
+def tbh_ascends(params, data, steps, lr):
+    from autograder.checks.by_hand import forward
+    from mutants.nb07_by_hand import _backward
+    losses = []
+    for step in range(steps):
+        tokens, targets = data[step % len(data)]
+        loss, cache = forward(params, tokens, targets)
+        for name, g in _backward(params, cache, targets).items():
+            params[name] += lr * g
+        losses.append(loss.item())
+    return losses
+
+
+@wrong_("train_by_hand", "every step takes the first batch")
+def tbh_first_batch(params, data, steps, lr):
+    from autograder.checks.by_hand import forward
+    from mutants.nb07_by_hand import _backward
+    losses = []
+    for _ in range(steps):
+        tokens, targets = data[0]
+        loss, cache = forward(params, tokens, targets)
+        for name, g in _backward(params, cache, targets).items():
+            params[name] -= lr * g
+        losses.append(loss.item())
+    return losses
+
+
+@wrong_("train_by_hand", "rebinds a loop variable: the parameters never change")
+def tbh_no_update(params, data, steps, lr):
+    from autograder.checks.by_hand import forward
+    from mutants.nb07_by_hand import _backward
+    losses = []
+    for step in range(steps):
+        tokens, targets = data[step % len(data)]
+        loss, cache = forward(params, tokens, targets)
+        grads = _backward(params, cache, targets)
+        for name, p in params.items():
+            p = p - lr * grads[name]  # the slip: rebinds the loop variable
+        losses.append(loss.item())
+    return losses
+
+
+@wrong_("train_by_hand", "updates W2 in place before the gradient that needs the old W2 is computed")
+def tbh_update_mid_backward(params, data, steps, lr):
+    import torch
+
+    from autograder.checks.by_hand import forward
+    from mutants.nb07_by_hand import _backward
+    losses = []
+    for step in range(steps):
+        tokens, targets = data[step % len(data)]
+        loss, cache = forward(params, tokens, targets)
+        N = targets.shape[0]
+        dlogits = cache["logp"].exp()
+        dlogits[torch.arange(N, device=targets.device), targets] -= 1
+        params["W2"] -= lr * (cache["a"].T @ dlogits / N)  # too early: the rest reads W2
+        for name, g in _backward(params, cache, targets).items():
+            if name != "W2":
+                params[name] -= lr * g
+        losses.append(loss.item())
+    return losses
+
+
+@wrong_("train_by_hand", "returns the loss tensors, not Python floats")
+def tbh_tensor_losses(params, data, steps, lr):
+    from autograder.checks.by_hand import forward
+    from mutants.nb07_by_hand import _backward
+    losses = []
+    for step in range(steps):
+        tokens, targets = data[step % len(data)]
+        loss, cache = forward(params, tokens, targets)
+        for name, g in _backward(params, cache, targets).items():
+            params[name] -= lr * g
+        losses.append(loss)
+    return losses
+
+
+@wrong_("train_by_hand", "records the loss after the update (a second forward pass)")
+def tbh_loss_after_update(params, data, steps, lr):
+    from autograder.checks.by_hand import forward
+    from mutants.nb07_by_hand import _backward
+    losses = []
+    for step in range(steps):
+        tokens, targets = data[step % len(data)]
+        _, cache = forward(params, tokens, targets)
+        for name, g in _backward(params, cache, targets).items():
+            params[name] -= lr * g
+        losses.append(forward(params, tokens, targets)[0].item())
+    return losses
+
+
+@wrong_("train_by_hand", "trains with autograd")
+def tbh_autograd(params, data, steps, lr):
+    import torch
+
+    from autograder.checks.by_hand import forward
+    losses = []
+    for step in range(steps):
+        leaves = {k: v.detach().requires_grad_() for k, v in params.items()}
+        loss, _ = forward(leaves, *data[step % len(data)])
+        grads = torch.autograd.grad(loss, list(leaves.values()))
+        for (name, p), g in zip(leaves.items(), grads):
+            params[name] = (p - lr * g).detach()
+        losses.append(loss.item())
+    return losses
+
+
+@right_("train_by_hand", "stores new tensors in the dict instead of updating in place")
+def tbh_rebinds_entries(params, data, steps, lr):
+    from autograder.checks.by_hand import forward
+    from mutants.nb07_by_hand import _backward
+    losses = []
+    for step in range(steps):
+        tokens, targets = data[step % len(data)]
+        loss, cache = forward(params, tokens, targets)
+        grads = _backward(params, cache, targets)
+        params.update({name: params[name] - lr * grads[name] for name in grads})
+        losses.append(float(loss))
+    return losses
+
+
+@right_("train_by_hand", "sub_ with alpha, batches taken with itertools.cycle")
+def tbh_sub_alpha(params, data, steps, lr):
+    import itertools
+
+    from autograder.checks.by_hand import forward
+    from mutants.nb07_by_hand import _backward
+    losses = []
+    for (tokens, targets), _ in zip(itertools.cycle(data), range(steps)):
+        loss, cache = forward(params, tokens, targets)
+        for name, g in _backward(params, cache, targets).items():
+            params[name].sub_(g, alpha=lr)
+        losses.append(loss.item())
+    return losses

@@ -1,0 +1,446 @@
+"""autograder.checks.by_hand: the model is the one the notebook describes, the references are
+PyTorch's, the guards refuse what "by hand" excludes, every check accepts right answers and names
+the slip of wrong ones, trusted grading gives the same verdicts, and notebook 07's quiz follows the
+schema with every numeric and short answer computed here."""
+import math
+import pathlib
+from unittest import mock
+
+import mutants
+import mutation
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+from mutants import nb07_by_hand as catalogue
+from torch import nn
+
+from autograder.checks import GradingError
+from autograder.checks import by_hand as bh
+from autograder.learner.device import available_devices
+
+QUIZ = pathlib.Path(bh.__file__).resolve().parents[1] / "learner" / "quizzes" / "07_by_hand.yaml"
+
+
+@pytest.fixture(params=available_devices())
+def device(request):
+    return torch.device(request.param)
+
+
+def nn_model(params):
+    """The notebook's model built from torch.nn modules, loaded with `params`."""
+    C, W1, b1, gamma, beta, W2, b2 = (params[n] for n in bh.PARAM_NAMES)
+    embed = nn.Embedding(*C.shape).to(C)
+    first, second = nn.Linear(*W1.shape).to(W1), nn.Linear(*W2.shape).to(W2)
+    norm = nn.BatchNorm1d(W1.shape[1]).to(W1)
+    with torch.no_grad():
+        embed.weight.copy_(C)
+        first.weight.copy_(W1.T), first.bias.copy_(b1)
+        norm.weight.copy_(gamma), norm.bias.copy_(beta)
+        second.weight.copy_(W2.T), second.bias.copy_(b2)
+    modules = [embed, first, norm, second]
+    return modules, lambda tokens: second(torch.tanh(norm(first(embed(tokens).flatten(1)))))
+
+
+# --- the model ------------------------------------------------------------------------------------------
+def test_forward_is_embedding_linear_batchnorm_tanh_linear_cross_entropy(device):
+    case = bh.model_case(9, 3, 4, 6, 7, seed=3, device=device)
+    modules, run = nn_model(case["params"])
+    expected = F.cross_entropy(run(case["tokens"]), case["targets"])
+    loss, cache = bh.forward(case["params"], case["tokens"], case["targets"])
+    torch.testing.assert_close(loss, expected)
+    grads = bh.reference_grads(**case)
+    expected.backward()
+    embed, first, norm, second = modules
+    for name, g in [("C", embed.weight.grad), ("W1", first.weight.grad.T), ("b1", first.bias.grad),
+                    ("gamma", norm.weight.grad), ("beta", norm.bias.grad), ("W2", second.weight.grad.T),
+                    ("b2", second.bias.grad)]:
+        torch.testing.assert_close(grads[name], g, msg=name)
+    assert set(cache) >= {"tokens", "emb", "x", "h", "xhat", "istd", "a", "logits", "logp"}
+    assert cache["emb"].shape == (7, 3, 4) and cache["x"].shape == (7, 12) and cache["logp"].shape == (7, 9)
+
+
+def test_init_params_starts_near_log_vocab_and_draws_alike_on_every_device(device):
+    params = bh.init_params(23, 2, 16, 64, seed=0, device=device)
+    assert torch.equal(params["gamma"], torch.ones(64, device=device))
+    assert not params["b1"].any() and not params["beta"].any() and not params["b2"].any()
+    cpu = bh.init_params(23, 2, 16, 64, seed=0, device="cpu")
+    assert all(torch.equal(params[n].cpu(), cpu[n]) for n in bh.PARAM_NAMES)
+    tokens = torch.randint(0, 23, (64, 2), generator=torch.Generator().manual_seed(1)).to(device)
+    loss, _ = bh.forward(params, tokens, tokens.sum(1) % 23)
+    assert abs(loss.item() - math.log(23)) < 0.05
+
+
+def test_the_slipped_loss_without_a_slip_is_the_forward_loss():
+    case = bh.model_case(7, 2, 3, 5, 6, seed=4)
+    leaves = {n: p.clone().requires_grad_() for n, p in case["params"].items()}
+    torch.testing.assert_close(bh._slipped_loss(leaves, case["tokens"], case["targets"], None),
+                               bh.forward(leaves, case["tokens"], case["targets"])[0])
+
+
+def test_every_slip_changes_the_gradients():
+    case = bh.model_case(7, 2, 3, 5, 6, seed=5)
+    right = bh.reference_grads(**case)
+    for slip in bh.MODEL_SLIPS:
+        slipped = bh.reference_grads(**case, slip=slip)
+        assert any(not torch.allclose(slipped[n], right[n]) for n in bh.PARAM_NAMES), slip
+    bn = bh.batchnorm_case(6, 4, seed=6, tiny=(1,))
+    for slip in bh.BN_SLIPS:
+        assert not torch.allclose(bh._bn_grads(*bn.values(), slip)[0], bh.reference_batchnorm_backward(*bn.values())[0])
+
+
+# --- cases and references ------------------------------------------------------------------------------
+def test_cases_have_what_the_hidden_tests_promise(device):
+    emb = bh.embedding_case((6, 3), 4, 20, seed=14, high=5, device=device)
+    counts = torch.bincount(emb["idx"].flatten(), minlength=20)
+    assert (counts > 1).any() and (counts[5:] == 0).all() and emb["dout"].shape == (6, 3, 4)
+    assert bh.embedding_case((), 3, 5, seed=1, device=device)["idx"].dim() == 0
+    bn = bh.batchnorm_case(8, 3, seed=5, tiny=(0, 1), device=device)
+    var = bn["x"].var(0, unbiased=False)
+    assert var[0] < 1e-5 < var[2] and 1e-6 < var[1] < 1e-4
+    model = bh.model_case(11, 3, 2, 8, 9, seed=61, device=device)
+    assert torch.bincount(model["tokens"].flatten()).max() > 1
+    assert all(p.dtype == torch.float64 and p.device.type == device.type for p in model["params"].values())
+
+
+def test_references_are_pytorchs(device):
+    case = bh.embedding_case((4, 3), 2, 9, seed=2, device=device)
+    manual = torch.zeros(9, 2, dtype=torch.float64, device=device).index_add_(0, case["idx"].flatten(),
+                                                                               case["dout"].reshape(-1, 2))
+    torch.testing.assert_close(bh.reference_embedding_backward(*case.values()), manual)
+
+    case = bh.batchnorm_case(7, 3, seed=3, device=device)
+    norm = nn.BatchNorm1d(3, dtype=torch.float64, device=device)
+    with torch.no_grad():
+        norm.weight.copy_(case["gamma"])
+    x = case["x"].clone().requires_grad_()
+    norm(x).backward(case["dout"])
+    expected = (x.grad, norm.weight.grad, norm.bias.grad)
+    for got, want in zip(bh.reference_batchnorm_backward(*case.values()), expected):
+        torch.testing.assert_close(got, want)
+
+    for shape in [(5, 3), (2, 3, 4)]:
+        case = bh.running_case(shape, 0.3, seed=4, device=device)
+        norm = nn.BatchNorm1d(3, momentum=0.3, dtype=torch.float64, device=device)
+        with torch.no_grad():
+            norm.running_mean.copy_(case["running_mean"]), norm.running_var.copy_(case["running_var"])
+        norm(case["x"])
+        mean, var = bh.reference_running(*case.values())
+        torch.testing.assert_close(mean, norm.running_mean)
+        torch.testing.assert_close(var, norm.running_var)
+
+
+def test_the_autograd_twin_is_sgd_with_autograds_gradients():
+    case = bh.training_case(6, 2, 3, 4, 5, 2, 3, 0.2, seed=8)
+    leaves = {n: p.clone().requires_grad_() for n, p in case["params"].items()}
+    opt = torch.optim.SGD(leaves.values(), lr=0.2)
+    losses = []
+    for step in range(3):
+        opt.zero_grad()
+        loss, _ = bh.forward(leaves, *case["data"][step % 2])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    twin_losses, twin = bh.twin_training(*case.values())
+    assert twin_losses == pytest.approx(losses, rel=1e-12)
+    assert all(torch.allclose(twin[n], leaves[n]) for n in bh.PARAM_NAMES)
+
+
+# --- guards ----------------------------------------------------------------------------------------------
+def refusal(fn, *args):
+    with pytest.raises(GradingError) as err:
+        bh.guarded("exercise", fn, list(args), {"x": args[0]})
+    return str(err.value)
+
+
+def test_guards_refuse_autograd_batchnorm_and_backward_kernels_however_reached():
+    x = torch.randn(4, 3, dtype=torch.float64)
+    gamma = torch.ones(3, dtype=torch.float64)
+    assert "called autograd" in refusal(lambda t: t.clone().requires_grad_().sum().backward(), x)
+    assert "torch.nn.functional.batch_norm" in refusal(lambda t: F.batch_norm(t, None, None, training=True), x)
+    assert "BatchNorm kernel aten::native_batch_norm" in refusal(
+        lambda t: torch.batch_norm(t, None, None, None, None, True, 0.1, 1e-5, False), x)
+    assert "BatchNorm" in refusal(lambda t: nn.BatchNorm1d(3, dtype=torch.float64)(t), x)
+    mean, invstd = x.mean(0), (x.var(0, unbiased=False) + 1e-5).rsqrt()
+    assert "backward kernel aten::native_batch_norm_backward" in refusal(
+        lambda t: torch.ops.aten.native_batch_norm_backward(t, x, gamma, None, None, mean, invstd, True, 1e-5,
+                                                            [True, True, True]), x)
+    assert "backward kernel aten::tanh_backward" in refusal(lambda t: torch.ops.aten.tanh_backward(t, t.tanh()), x)
+
+
+def test_guards_let_plain_arithmetic_through_and_give_private_copies():
+    x = torch.randn(4, 3, dtype=torch.float64)
+    state = {"w": torch.ones(3, dtype=torch.float64)}
+
+    def scribble(t, d):
+        d["w"].add_(1)
+        t.mul_(0)
+        return t.sum() + d["w"].sum()
+
+    before = x.clone()
+    assert bh.guarded("exercise", scribble, [x, state], {}).item() == 6.0
+    assert torch.equal(x, before) and torch.equal(state["w"], torch.ones(3, dtype=torch.float64))
+    assert torch._C._len_torch_dispatch_stack() == 0, "the kernel watch was left switched on"
+
+
+# --- checks: right answers pass, slips are named ------------------------------------------------------------
+def cases(device):
+    return {
+        "embedding_backward": (bh.check_embedding_backward,
+                               [bh.embedding_case((), 3, 5, seed=1, device=device),
+                                bh.embedding_case((6, 3), 4, 20, seed=2, high=5, device=device),
+                                bh.embedding_case((2, 3, 2), 2, 7, seed=3, device=device)]),
+        "batchnorm_backward": (bh.check_batchnorm_backward,
+                               [bh.batchnorm_case(6, 4, seed=1, device=device),
+                                bh.batchnorm_case(5, 5, seed=2, device=device),
+                                bh.batchnorm_case(9, 3, seed=3, tiny=(0, 2), device=device)]),
+        "batchnorm_update_running": (bh.check_running,
+                                     [bh.running_case((6, 4), 0.3, seed=1, device=device),
+                                      bh.running_case((3, 4, 5), 0.2, seed=2, device=device)]),
+        "manual_backward": (bh.check_manual_backward,
+                            [bh.model_case(7, 2, 3, 5, 6, seed=1, device=device),
+                             bh.model_case(5, 1, 4, 3, 2, seed=2, device=device)]),
+        "train_by_hand": (bh.check_train_by_hand,
+                          [bh.training_case(7, 2, 3, 5, 6, 2, 4, 0.3, seed=1, device=device)]),
+    }
+
+
+RIGHT = ["bn_op_by_op", "bn_means", "emb_one_hot", "emb_index_put", "emb_loop", "emb_scatter_add", "run_lerp",
+         "run_sums", "mb_op_by_op", "tbh_rebinds_entries", "tbh_sub_alpha"]
+
+
+def name_of(entry):
+    return {"bn": "batchnorm_backward", "emb": "embedding_backward", "run": "batchnorm_update_running",
+            "mb": "manual_backward", "tbh": "train_by_hand"}[entry.split("_")[0]]
+
+
+@pytest.mark.parametrize("entry", RIGHT)
+def test_checks_accept_right_answers_written_differently(entry, device):
+    check, case_list = cases(device)[name_of(entry)]
+    check(name_of(entry), getattr(catalogue, entry), case_list)
+
+
+SLIPS = {
+    "bn_no_statistics_terms": "gamma * istd * dout",
+    "bn_no_mean_term": "constant in each channel",
+    "bn_no_variance_term": "multiple of xhat",
+    "bn_unbiased_variance": "unbiased variance",
+    "bn_wrong_axis": "sum over the batch (dim 0)",
+    "bn_swapped": "swapped",
+    "bn_eps_outside": "eps in another place",
+    "bn_no_gamma": "lacks the factor gamma",
+    "bn_calls_f_batch_norm": "called torch.nn.functional.batch_norm",
+    "bn_autograd": "called autograd",
+    "bn_aten_kernel": "backward kernel aten::native_batch_norm_backward",
+    "emb_plus_equals": "repeated indices must add up",
+    "emb_assign": "repeated indices must add up",
+    "emb_rows_from_max": "it must have num_embeddings",
+    "emb_default_dtype": "dtype torch.float32",
+    "emb_assumes_two_dims": "raised ValueError",
+    "emb_autograd": "called autograd",
+    "emb_aten_kernel": "aten::embedding_dense_backward",
+    "emb_grad_fn_apply": "'NoneType' object is not callable",
+    "run_biased": "uses the biased variance",
+    "run_momentum_swapped": "momentum convention",
+    "run_in_place": "in place",
+    "run_batch_dim_only": "raised RuntimeError",
+    "run_wrong_divisor": "not N - 1",
+    "run_fixed_momentum": "use the momentum argument",
+    "run_f_batch_norm": "called torch.nn.functional.batch_norm",
+    "mb_not_divided": "N times too large",
+    "mb_no_one_hot": "lacks the -1",
+    "mb_tanh_slope_from_input": "from the output a",
+    "mb_bn_without_statistics": "terms from the mean and the variance",
+    "mb_embedding_assign": "repeated indices must add up",
+    "mb_without_b1": "no gradient for b1",
+    "mb_autograd": "called autograd",
+    "tbh_ascends": "move uphill",
+    "tbh_first_batch": "first batch",
+    "tbh_no_update": "never change",
+    "tbh_update_mid_backward": "step 0 agrees",
+    "tbh_tensor_losses": "list of Python floats",
+    "tbh_loss_after_update": "after the update",
+    "tbh_autograd": "called autograd",
+}
+
+
+def test_every_entry_of_the_catalogue_is_tested_here():
+    entries = mutants.load_all()[catalogue.NB].values()
+    assert {fn.__name__ for kinds in entries for _, fn in kinds["wrong"]} == set(SLIPS)
+    assert {fn.__name__ for kinds in entries for _, fn in kinds["right"]} == set(RIGHT)
+
+
+@pytest.mark.parametrize("entry", sorted(SLIPS))
+def test_checks_name_the_slip(entry, device):
+    check, case_list = cases(device)[name_of(entry)]
+    with pytest.raises(GradingError) as err:
+        check(name_of(entry), getattr(catalogue, entry), case_list)
+    assert SLIPS[entry] in str(err.value)
+
+
+# --- trusted grading ------------------------------------------------------------------------------------------
+CELL = """
+from autograder.checks import by_hand as bh
+bh.check_{check}("{name}", g, [{case}])
+"""
+TRUSTED = {
+    "embedding_backward": ("embedding_backward", "bh.embedding_case((6, 3), 4, 20, seed=2, high=5, device='cpu')"),
+    "batchnorm_backward": ("batchnorm_backward", "bh.batchnorm_case(6, 4, seed=1, device='cpu')"),
+    "batchnorm_update_running": ("running", "bh.running_case((3, 4, 5), 0.2, seed=2, device='cpu')"),
+    "manual_backward": ("manual_backward", "bh.model_case(7, 2, 3, 5, 6, seed=1, device='cpu')"),
+    "train_by_hand": ("train_by_hand", "bh.training_case(7, 2, 3, 5, 6, 2, 4, 0.3, seed=1, device='cpu')"),
+}
+
+
+def run_trusted(name, implementation):
+    """A check run as trusted grading runs it: the answer `g` is a stand-in reached through data-only
+    calls (mutation's in-process kernel); returns the error (None if it passed) and every answer."""
+    check, case = TRUSTED[name]
+    answers = []
+
+    class Recording(mutation.Loopback):
+        def call(self, exercise, fn, args, options):
+            answers.append(super().call(exercise, fn, args, options))
+            return answers[-1]
+
+    with mock.patch.object(mutation, "Loopback", Recording):
+        err = mutation._run_cell(CELL.format(check=check, name=name, case=case), "test",
+                                 {"__name__": "__main__", "g": implementation}, True)
+    return err, answers
+
+
+def only_data(value):
+    if isinstance(value, (list, tuple)):
+        return all(only_data(v) for v in value)
+    if isinstance(value, dict):
+        return all(only_data(v) for v in value.values())
+    return value is None or isinstance(value, (torch.Tensor, int, float, str))
+
+
+@pytest.mark.parametrize("entry", ["bn_op_by_op", "emb_one_hot", "run_lerp", "mb_op_by_op", "tbh_sub_alpha"])
+def test_trusted_grading_passes_right_answers_and_only_data_comes_back(entry):
+    err, answers = run_trusted(name_of(entry), getattr(catalogue, entry))
+    assert err is None and answers and all(only_data(a) for a in answers)
+
+
+@pytest.mark.parametrize("entry", ["bn_no_mean_term", "emb_plus_equals", "run_biased", "mb_not_divided",
+                                   "tbh_ascends", "tbh_autograd", "run_in_place"])
+def test_trusted_grading_gives_the_plain_verdict(entry):
+    err, _ = run_trusted(name_of(entry), getattr(catalogue, entry))
+    assert isinstance(err, GradingError) and SLIPS[entry] in str(err)
+
+
+# --- the quiz of notebook 07 --------------------------------------------------------------------------------
+def quiz_questions():
+    raw = yaml.safe_load(QUIZ.read_text())
+    return raw, [(section, q) for section, body in raw["sections"].items() for q in body["questions"]]
+
+
+def test_quiz_file_follows_the_new_schema():
+    """Checked here against conventions' schema, whichever quiz engine is installed."""
+    raw, questions = quiz_questions()
+    assert raw["notebook"] == "07_by_hand" and list(raw["sections"]) == ["predict", "retrieve", "concept_check"]
+    assert all(isinstance(body["title"], str) and body["title"] for body in raw["sections"].values())
+    ids = [q["id"] for _, q in questions]
+    assert len(ids) == len(set(ids))
+    common = {"id", "kind", "prompt", "code", "why", "level"}
+    fields = {"numeric": {"answer", "tolerance", "unit"}, "short": {"accept"}, "recall": {"answer"},
+              "choice": {"choices"}}
+    for section, q in questions:
+        assert q["kind"] in fields and set(q) <= common | fields[q["kind"]], q["id"]
+        assert q["prompt"].strip()
+        if section == "retrieve":
+            assert q["level"] in ("factual", "conceptual", "synthetic"), q["id"]
+        if q["kind"] in ("numeric", "short"):
+            assert q["why"].strip(), q["id"]
+        if q["kind"] == "numeric":  # YAML reads 1e-6 as a string: numbers are written 1.0e-6
+            assert isinstance(q["answer"], (int, float)) and set(q["tolerance"]) <= {"abs", "rel"}
+            assert all(isinstance(v, (int, float)) for v in q["tolerance"].values()), q["id"]
+        if q["kind"] == "short":
+            assert q["accept"] and all(isinstance(a, str) for a in q["accept"])
+        if q["kind"] == "recall":
+            assert q["answer"].strip()
+        if q["kind"] == "choice":
+            choices = q["choices"]
+            assert sum(bool(c.get("correct")) for c in choices) == 1
+            assert all(c["id"] and c["text"] and c["why"] for c in choices)
+            assert len({c["id"] for c in choices}) == len(choices)
+            right = next(c for c in choices if c.get("correct"))
+            assert len(right["text"]) < max(len(c["text"]) for c in choices), "the right choice is the longest"
+    levels = {q["level"] for s, q in questions if s == "retrieve"}
+    assert levels == {"factual", "conceptual", "synthetic"}
+    assert len(raw["sections"]["concept_check"]["questions"]) >= 4
+    assert 2 * sum(q["kind"] in ("numeric", "short", "recall") for _, q in questions) >= len(questions)
+    positions = [next(i for i, c in enumerate(q["choices"]) if c.get("correct")) for _, q in questions
+                 if q["kind"] == "choice"]
+    assert len(set(positions)) == len(positions), "the right choice sits at the same position twice"
+
+
+def question(qid):
+    return next(q for _, q in quiz_questions()[1] if q["id"] == qid)
+
+
+def within(q, value):
+    tol = q.get("tolerance", {"rel": 1e-6})
+    return abs(value - q["answer"]) <= tol.get("abs", 0) + tol.get("rel", 0) * abs(q["answer"])
+
+
+def test_quiz_numbers_are_computed():
+    # first-loss-is-log-vocab: ln 23, and the notebook's first batch is that close
+    q = question("first-loss-is-log-vocab")
+    assert within(q, math.log(23))
+    params = bh.init_params(23, 2, 16, 64, seed=0, device="cpu")
+    tokens = torch.randint(0, 23, (64, 2), generator=torch.Generator().manual_seed(0))
+    assert within(q, bh.forward(params, tokens, tokens.sum(1) % 23)[0].item())
+
+    # bias-before-batchnorm and batchnorm-dx-column-sum: autograd's db1, and the columns of dx
+    case = bh.model_case(9, 2, 3, 6, 8, seed=2, device="cpu")
+    assert within(question("bias-before-batchnorm"), bh.reference_grads(**case)["b1"].abs().max().item())
+    dx = bh.reference_batchnorm_backward(*bh.batchnorm_case(7, 4, seed=3, device="cpu").values())[0]
+    assert within(question("batchnorm-dx-column-sum"), dx.sum(0).abs().max().item())
+
+    # running-mean-update and unbiased-divisor-sequences: nn.BatchNorm1d itself
+    norm = nn.BatchNorm1d(1)
+    norm(torch.tensor([[4.0], [6.0]]))
+    assert within(question("running-mean-update"), norm.running_mean.item())
+    x = torch.randn(8, 16, 10, generator=torch.Generator().manual_seed(4))
+    norm = nn.BatchNorm1d(16, momentum=1.0)
+    norm(x)
+    squares = ((x - x.mean((0, 2), keepdim=True)) ** 2).sum((0, 2))
+    divisor = (squares / norm.running_var).mean().item()
+    assert within(question("unbiased-divisor-sequences"), round(divisor)) and abs(divisor - round(divisor)) < 1e-3
+
+    # mixed-variance-width: biased variances of batches of 4 average 3/4 of the population's
+    q = question("mixed-variance-width")
+    assert within(q, math.sqrt(4 / 3))
+    batches = torch.randn(200_000, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    assert within({**q, "tolerance": {"rel": 0.01}}, (1 / batches.var(1, unbiased=False).mean()).sqrt().item())
+
+
+def test_quiz_short_answers_and_snippets_are_computed():
+    X = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    dY = torch.randn(5, 4, dtype=torch.float64)
+    (X @ W).backward(dY)
+    for text in question("matmul-weight-gradient")["accept"]:
+        if "^" not in text:  # the maths spellings (X^T dY) are accepted as typed, not run
+            torch.testing.assert_close(eval(text, {"X": X.detach(), "dY": dY, "torch": torch}), W.grad)
+
+    snippet = question("index-plus-equals-repeats")
+    scope = {"torch": torch}
+    exec(snippet["code"], scope)
+    assert scope["g"][1].item() in (10.0, 20.0)
+    assert next(c for c in snippet["choices"] if c.get("correct"))["id"] == "one-of-the-writes"
+
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        F.batch_norm(torch.randn(1, 3), None, None, training=True)
+    x = torch.randn(1, 3, dtype=torch.float64)
+    xhat = (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + 1e-5)
+    assert torch.equal(xhat, torch.zeros(1, 3, dtype=torch.float64))
+    assert "0" in question("batch-of-one-xhat")["accept"]
+
+    # training-diverges-at-step-one: the update slips show first at step 1
+    for entry in ("tbh_ascends", "tbh_update_mid_backward"):
+        with pytest.raises(GradingError, match="the loss of step 1 "):
+            bh.check_train_by_hand("train_by_hand", getattr(catalogue, entry),
+                                   [bh.training_case(7, 2, 3, 5, 6, 2, 4, 0.3, seed=1, device="cpu")])

@@ -1,0 +1,621 @@
+"""The quiz files themselves: recall first, no answer given away by position or length, and every
+numeric or short answer checked against what PyTorch computes on this machine.
+
+Verification: a question with a ``code`` snippet is run as a notebook cell would run it (``torch``,
+``F``, ``nn`` and ``math`` imported, as in every notebook), and its result is what the cell shows:
+the value of a last bare expression, else the last line it prints, else the name of the exception it
+raises. A numeric or short question without a snippet has a function below (``VERIFIERS``) that
+computes its answer from scratch. Quiz files of notebooks this file does not know (07, 08 are written
+elsewhere) are checked where they have snippets; a question without one is reported as skipped.
+"""
+import ast
+import contextlib
+import io
+import math
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autograder.learner import quiz_answers, quiz_schema
+
+NOTEBOOKS = quiz_schema.course_notebooks()
+QUESTIONS = [q for name in NOTEBOOKS for q in quiz_schema.all_questions(name)]
+CHOICE = [q for q in QUESTIONS if q.kind == "choice"]
+TYPED = [q for q in QUESTIONS if q.kind in ("numeric", "short")]
+OWN = ("01_chain_rule", "02_micrograd", "03_vjp", "04_toggles", "05_loss_scaling", "06_checkpointing")
+
+
+# --- recall first -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_at_least_half_of_each_notebooks_questions_are_produced(notebook):
+    questions = quiz_schema.all_questions(notebook)
+    produced = [q for q in questions if q.produced]
+    assert 2 * len(produced) >= len(questions), (
+        f"{notebook}: {len(produced)} of {len(questions)} questions ask for a produced answer (numeric, short, recall)")
+
+
+# --- nothing given away by position or length ---------------------------------------------------------------
+# If an author placed the right option without regard to position, question q (with k_q options) has it at
+# position p with probability 1/k_q, independently of the other questions; the count at position p is then
+# a sum of independent Bernoulli(1/k_q) draws (a Poisson-binomial law, a binomial one when all k_q are
+# equal). Likewise, if the right option's length were unrelated to its being right, it would be the
+# single longest option with probability at most 1/k_q. The tests below compute that law exactly and fail
+# when a count lies in its upper tail beyond ALPHA, split over the positions tested (Bonferroni), so that
+# a file written without regard to position fails them with probability at most ALPHA, while the old
+# files (the right option first in 59 of 59 questions, the longest in 36) fail them by far.
+ALPHA = 0.01
+
+
+def upper_tail(probabilities, count) -> float:
+    """P(S >= count) for S a sum of independent Bernoulli(p) draws, one per p (exact, by convolution)."""
+    law = [1.0]
+    for p in probabilities:
+        law = [(law[s] if s < len(law) else 0.0) * (1 - p) + (law[s - 1] * p if s >= 1 else 0.0)
+               for s in range(len(law) + 1)]
+    return sum(law[count:])
+
+
+def test_the_tail_bound_is_right_on_known_cases():
+    assert upper_tail([0.5] * 4, 4) == pytest.approx(1 / 16)
+    assert upper_tail([0.25] * 10, 0) == pytest.approx(1.0)
+    assert upper_tail([0.25] * 59, 59) < 1e-30  # the old files: the right option first, every time
+    assert upper_tail([0.25] * 59, 36) < 1e-8  # and the longest in 36 of 59
+
+
+def position_counts(questions):
+    positions = max(len(q.choices) for q in questions)
+    counts = [sum(q.choices[p].correct for q in questions if len(q.choices) > p) for p in range(positions)]
+    chances = [[1 / len(q.choices) for q in questions if len(q.choices) > p] for p in range(positions)]
+    return counts, chances
+
+
+def test_the_right_option_sits_in_every_position_as_often_as_chance_allows():
+    counts, chances = position_counts(CHOICE)
+    for p, (count, ps) in enumerate(zip(counts, chances)):
+        tail = upper_tail(ps, count)
+        assert tail > ALPHA / len(counts), (
+            f"the right option is choice {p + 1} in {count} of {len(ps)} choice questions "
+            f"(P = {tail:.2g} if positions were random): move some elsewhere. Counts by position: {counts}")
+
+
+def test_the_right_option_is_not_the_longest_more_often_than_chance_allows():
+    longest = [q for q in CHOICE
+               if sorted(len(c.text) for c in q.choices)[-1] == len(q.right_choice.text)
+               and sum(len(c.text) == len(q.right_choice.text) for c in q.choices) == 1]
+    tail = upper_tail([1 / len(q.choices) for q in CHOICE], len(longest))
+    assert tail > ALPHA, (
+        f"the right option is the single longest in {len(longest)} of {len(CHOICE)} choice questions "
+        f"(P = {tail:.2g} by chance): {[q.id for q in longest]}")
+
+
+def test_the_position_test_catches_the_old_pattern():
+    """The test above is able to fail: the same questions with the right option moved to the front."""
+    front = [quiz_schema.Question(q.notebook, q.section, q.id, q.kind, q.prompt,
+                                  choices=(q.right_choice,) + tuple(c for c in q.choices if not c.correct))
+             for q in CHOICE]
+    counts, chances = position_counts(front)
+    assert upper_tail(chances[0], counts[0]) < ALPHA / len(counts)
+
+
+# --- every numeric and short answer is what PyTorch computes ------------------------------------------------
+class Raised(str):
+    """What a snippet that raises shows: the exception's type name."""
+
+
+def run_snippet(code: str):
+    """The result of `code` run as a notebook cell: a last bare expression's value, else the last line
+    printed, else (when it raises) the exception's type name as a Raised."""
+    tree = ast.parse(code)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    namespace = {"torch": torch, "F": F, "nn": nn, "math": math}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), torch.random.fork_rng(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            exec(compile(tree, "<quiz snippet>", "exec"), namespace)
+            if last is not None:
+                value = eval(compile(ast.Expression(last.value), "<quiz snippet>", "eval"), namespace)
+                if value is not None:
+                    return value
+        except Exception as err:  # noqa: BLE001 - an error is what such a snippet shows
+            return Raised(type(err).__name__)
+    lines = printed.getvalue().strip().splitlines()
+    return lines[-1] if lines else None
+
+
+def as_number(value) -> float:
+    if isinstance(value, torch.Tensor):
+        return value.item()
+    if isinstance(value, str):
+        return quiz_answers.read_number(value)
+    return float(value)
+
+
+def judge(question, value):
+    """(right, shown): whether the question's answer accepts `value`, and what it was."""
+    if question.kind == "numeric":
+        number = as_number(value)
+        return quiz_answers.within(question, number), number
+    shown = str(value)
+    return quiz_answers.normalise(shown) in {quiz_answers.normalise(a) for a in question.accept}, shown
+
+
+def verifier(question):
+    if question.code:
+        return lambda: run_snippet(question.code)
+    return VERIFIERS.get((question.notebook, question.id))
+
+
+@pytest.mark.parametrize("question", TYPED, ids=[f"{q.notebook}/{q.id}" for q in TYPED])
+def test_every_numeric_and_short_answer_is_what_the_code_computes(question):
+    compute = verifier(question)
+    if compute is None:
+        assert question.notebook not in OWN, f"{question.notebook}/{question.id}: no snippet and no verifier"
+        pytest.skip(f"{question.notebook}/{question.id} has no code snippet: verified where its notebook says")
+    right, shown = judge(question, compute())
+    expected = quiz_answers.show_number(question.answer) if question.kind == "numeric" else question.accept
+    assert right, f"{question.notebook}/{question.id}: the code gives {shown!r}, the quiz accepts {expected!r}"
+
+
+def test_the_verification_can_fail():
+    """A wrong accepted answer or a wrong number is caught."""
+    numeric = next(q for q in TYPED if q.kind == "numeric" and verifier(q))
+    short = next(q for q in TYPED if q.kind == "short" and verifier(q))
+    import dataclasses
+    off = dataclasses.replace(numeric, answer=numeric.answer + 1 + abs(numeric.answer))
+    assert not judge(off, verifier(numeric)())[0]
+    wrong = dataclasses.replace(short, accept=("something else",))
+    assert not judge(wrong, verifier(short)())[0]
+    assert run_snippet("torch.ones(2) @ torch.ones(3)") == "RuntimeError"
+    assert run_snippet("print(1)\nprint(2 + 2)") == "4" and run_snippet("x = 3\nx * 2") == 6
+
+
+# --- verifiers of the questions without a snippet ----------------------------------------------------------
+def grad_of_weight_shape():
+    W = torch.randn(64, 128, requires_grad=True)
+    (W.sum() ** 2).backward()
+    return str(tuple(W.grad.shape))
+
+
+def central_difference_evaluations():
+    mlp = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+    return 2 * sum(p.numel() for p in mlp.parameters())
+
+
+def best_eps_float32():
+    # measured, not only the formula: the central-difference error of sin near 1 in float32 over a grid of eps
+    eps = torch.logspace(-5, -1, 401, dtype=torch.float64)
+    points = 0.9 + 0.2 * torch.rand(512, 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    x, h = points.float(), eps.float()
+    error = ((torch.sin(x + h) - torch.sin(x - h)) / (2 * h)).double() - torch.cos(points)
+    measured = eps[error.abs().mean(dim=0).argmin()].item()
+    formula = (3 * torch.finfo(torch.float32).eps * math.tan(1.0)) ** (1 / 3)
+    assert 0.25 < measured / formula < 4, (measured, formula)  # the formula finds the measured minimum
+    return formula
+
+
+def sigmoid_from_output():
+    x = torch.logit(torch.tensor(0.8, dtype=torch.float64)).requires_grad_()
+    (2.0 * torch.sigmoid(x)).backward()  # upstream gradient 2
+    return x.grad
+
+
+def softmax_jacobian_diagonal():
+    return torch.autograd.functional.jacobian(lambda v: torch.softmax(v, 0), torch.zeros(3, dtype=torch.float64))[0, 0]
+
+
+def batch_cross_entropy_entry():
+    z = torch.zeros(8, 5, requires_grad=True)
+    F.cross_entropy(z, torch.zeros(8, dtype=torch.long)).backward()
+    return z.grad[0, 0]
+
+
+def root_seed():
+    L = torch.tensor(2.0, requires_grad=True) * 3.0
+    return torch.autograd.grad(L, L)[0]  # what backward() starts from: dL/dL
+
+
+class Node:
+    """A scalar-engine node, enough for a topological sort."""
+
+    def __init__(self, *prev):
+        self._prev = set(prev)
+
+
+def recursive_sort_steps():
+    """The longest chain v = v * c + d that micrograd's recursive sort places, found by bisection, in a
+    thread of its own (a fresh stack, as in a notebook cell, not pytest's deep one)."""
+    import threading
+
+    def sorts(steps):
+        v = Node()
+        for _ in range(steps):
+            v = Node(Node(v, Node()), Node())  # the product (of v and a constant), then the sum
+        visited = set()
+
+        def visit(node):
+            if node not in visited:
+                visited.add(node)
+                for child in node._prev:
+                    visit(child)
+        try:
+            visit(v)
+            return True
+        except RecursionError:
+            return False
+
+    found = []
+
+    def bisect():
+        low, high = 1, 5000
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if sorts(middle) else (low, middle)
+        found.append(low)
+
+    thread = threading.Thread(target=bisect)
+    thread.start()
+    thread.join()
+    assert sys.getrecursionlimit() == 1000
+    return found[0]
+
+
+def tanh_local_derivative():
+    x = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    torch.tanh(x).backward()
+    return x.grad
+
+
+def micrograd_mlp_parameters():
+    mlp = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1))
+    return sum(p.numel() for p in mlp.parameters())
+
+
+def linear_jacobian_entries():
+    # the shape (B, m, m, n) measured on a small layer, then counted for the question's sizes
+    x, W = torch.randn(4, 3, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64)
+    J = torch.autograd.functional.jacobian(lambda W_: x @ W_.T, W)
+    assert J.shape == (4, 5, 5, 3)
+    return 64 * 1024 * 1024 * 512
+
+
+def tanh_vjp():
+    x = torch.atanh(torch.tensor(0.5, dtype=torch.float64)).requires_grad_()
+    torch.tanh(x).backward(torch.tensor(2.0, dtype=torch.float64))
+    return x.grad
+
+
+def batched_matmul_gradient_shape():
+    A = torch.randn(2, 1, 4, 5, requires_grad=True)
+    B = torch.randn(3, 5, 6)
+    g = torch.randn(2, 3, 4, 6)
+    before_unbroadcast = g @ B.mT
+    (A @ B).backward(g)
+    assert torch.allclose(A.grad, before_unbroadcast.sum(dim=1, keepdim=True), atol=1e-5)
+    return str(tuple(before_unbroadcast.shape))
+
+
+class LogSumExpDetached(torch.autograd.Function):
+    """The right first derivative, computed from detached tensors (notebook 03, section 5.3)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        out = torch.logsumexp(x, 0)
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, out = ctx.saved_tensors
+        return grad_out * (x.detach() - out.detach()).exp()
+
+
+def check_that_tells_detached_backward():
+    x = torch.randn(5, dtype=torch.float64, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    verdicts = {}
+    for check in (torch.autograd.gradcheck, torch.autograd.gradgradcheck):
+        verdicts[check.__name__] = check(LogSumExpDetached.apply, (x,), raise_exception=False)
+    assert verdicts == {"gradcheck": True, "gradgradcheck": False}, verdicts
+    return "gradgradcheck"
+
+
+class StraightThrough(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return grad_out
+
+
+def straight_through_gradient():
+    w = torch.tensor([0.3, 1.7, -2.2], requires_grad=True)
+    (StraightThrough.apply(w) * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+    return w.grad
+
+
+def stable_logsumexp_at_1000():
+    x = torch.tensor([1000.0, 1000.0], dtype=torch.float64)
+    assert torch.isinf(torch.log(torch.exp(x).sum()))  # the naive formula overflows
+    return torch.logsumexp(x, 0)
+
+
+def assigning_engine_gradient():
+    """r.grad in an engine whose product assigns each input's share (the second overwrites the first)."""
+    r_data, g = torch.tensor([3.0]), torch.ones(1)
+    shares = [g * r_data, g * r_data]  # d(r * r)/d(left) = right = r, d(r * r)/d(right) = left = r
+    assigned = None
+    for share in shares:
+        assigned = share  # =, not +=
+    added = sum(shares)
+    r = r_data.clone().requires_grad_()
+    (r * r).sum().backward()
+    assert torch.equal(added, r.grad)  # += gives autograd's 2r
+    return assigned
+
+
+def distill_gradient_shrink_without_t_squared():
+    s = 3 * torch.randn(8, 10, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    t = 3 * torch.randn(8, 10, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+
+    def gradient_norm(T):  # the KL at temperature T, batchmean, without the T**2 factor
+        leaf = s.clone().requires_grad_()
+        loss = F.kl_div(F.log_softmax(leaf / T, -1), F.log_softmax(t / T, -1), reduction="batchmean", log_target=True)
+        return torch.autograd.grad(loss, leaf)[0].norm()
+
+    return gradient_norm(64.0) / gradient_norm(128.0)
+
+
+def micro_batch_weight():
+    net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3)).double()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(10, 4, generator=gen, dtype=torch.float64)
+    y = torch.randn(10, 3, generator=gen, dtype=torch.float64)
+    params = list(net.parameters())
+    full = torch.autograd.grad(F.mse_loss(net(x), y), params)
+    chunks = list(zip(torch.tensor_split(x, 3), torch.tensor_split(y, 3)))
+    weights = [len(xc) / len(x) for xc, _ in chunks]
+    summed = [torch.zeros_like(p) for p in params]
+    for weight, (xc, yc) in zip(weights, chunks):
+        for acc, g in zip(summed, torch.autograd.grad(weight * F.mse_loss(net(xc), yc), params)):
+            acc += g
+    assert all(torch.allclose(a, f) for a, f in zip(summed, full))
+    return weights[0]
+
+
+def sum_over_mean_gradient():
+    model = nn.Linear(3, 1)
+    gen = torch.Generator().manual_seed(8)
+    xb, yb = torch.randn(8, 3, generator=gen), torch.randn(8, 1, generator=gen)
+    per_example = F.mse_loss(model(xb), yb, reduction="none")
+    (from_mean,) = torch.autograd.grad(per_example.mean(), model.weight, retain_graph=True)
+    (from_ones,) = torch.autograd.grad(per_example, model.weight, grad_outputs=torch.ones_like(per_example))
+    ratio = from_ones / from_mean
+    assert torch.allclose(ratio, ratio.flatten()[0].expand_as(ratio))
+    return ratio.flatten()[0]
+
+
+def loss_scale_reaches_the_first_layer():
+    torch.manual_seed(0)
+    mlp = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(6, 6), nn.Tanh())], nn.Linear(6, 1)).double()
+    x = torch.randn(16, 6, dtype=torch.float64)
+    loss = mlp(x).pow(2).mean()
+    plain, scaled = (torch.autograd.grad(factor * loss, mlp[0].weight, retain_graph=True)[0]
+                     for factor in (1.0, 1024.0))
+    ratio = scaled / plain
+    assert torch.allclose(ratio, torch.full_like(ratio, 1024.0))
+    return ratio[0, 0]
+
+
+def smaller_positive_format():
+    smallest = {name: torch.finfo(dtype).tiny * torch.finfo(dtype).eps
+                for name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16))}
+    assert torch.tensor(smallest["bf16"], dtype=torch.bfloat16).item() == smallest["bf16"]
+    return min(smallest, key=smallest.get)
+
+
+def smallest_positive_fp16():
+    zero = torch.zeros((), dtype=torch.float16)
+    return torch.nextafter(zero, torch.ones((), dtype=torch.float16)).item()
+
+
+def fp16_underflow_share():
+    t = torch.tensor([3e-8, 2e-8, 1e-7, 0.0, 0.0])
+    nonzero = t != 0
+    return ((t.half() == 0) & nonzero).sum().item() / nonzero.sum().item()
+
+
+def gradscaler_run(pattern_inf_at, steps, **settings):
+    """The scale before and after each update() of torch.amp.GradScaler on a scalar parameter."""
+    p = torch.zeros(1, requires_grad=True)
+    optimizer = torch.optim.SGD([p], lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", **settings)
+    history = []
+    for step in range(1, steps + 1):
+        optimizer.zero_grad()
+        coefficient = torch.tensor([float("inf") if step in pattern_inf_at else 1.0])
+        scaler.scale((p * coefficient).sum()).backward()
+        scaler.step(optimizer)
+        before = scaler.get_scale()
+        scaler.update()
+        history.append((step, before, scaler.get_scale()))
+    return history
+
+
+def gradscaler_scale_after_ten_clean_steps():
+    return gradscaler_run(set(), 10)[-1][2]
+
+
+def first_growth_after_backoff():
+    history = gradscaler_run({250}, 400, init_scale=1024.0, growth_interval=100)
+    assert [step for step, before, after in history if after < before] == [250]
+    return next(step for step, before, after in history if step > 250 and after > before)
+
+
+def saved_activation_bytes(model, x):
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(x).sum()
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    del out
+    return sum(nbytes for key, nbytes in storages.items() if key not in weights)
+
+
+def batch_doubling_factor():
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+    return saved_activation_bytes(mlp, torch.randn(64, 16)) / saved_activation_bytes(mlp, torch.randn(32, 16))
+
+
+def what_tanh_keeps():
+    x = torch.randn(5, requires_grad=True)
+    y = torch.tanh(x)
+    kept = y.grad_fn._saved_result
+    return "y" if kept.data_ptr() == y.data_ptr() else "x"
+
+
+class CountedBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer, self.calls = nn.Linear(4, 4), 0
+
+    def forward(self, t):
+        self.calls += 1
+        return torch.tanh(self.layer(t))
+
+
+def checkpointed_step_cost():
+    """Under the model 'backward = 2 forwards', from the measured number of forward runs per block."""
+    from torch.utils.checkpoint import checkpoint
+    block = CountedBlock()
+    checkpoint(block, torch.randn(2, 4, requires_grad=True), use_reentrant=False).sum().backward()
+    forwards = block.calls
+    assert forwards == 2
+    return (forwards + 2) / (1 + 2)
+
+
+def saved_tensor_hook_api():
+    seen = []
+    x = torch.randn(3, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: seen.append(t) or t, lambda t: t):
+        torch.tanh(x)
+    assert seen
+    return "torch.autograd.graph.saved_tensors_hooks"
+
+
+class RecordsGradMode(torch.autograd.Function):
+    modes = []
+
+    @staticmethod
+    def forward(ctx, t):
+        RecordsGradMode.modes.append(torch.is_grad_enabled())
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        RecordsGradMode.modes.append(torch.is_grad_enabled())
+        return g
+
+
+def grad_mode_in_function_forward():
+    RecordsGradMode.modes.clear()
+    RecordsGradMode.apply(torch.ones(3, requires_grad=True)).sum().backward()
+    assert RecordsGradMode.modes == [False, False]  # forward, then backward
+    return str(RecordsGradMode.modes[0])
+
+
+def practice_problem_five_bytes():
+    N, S, D, L = 8, 2048, 768, 12
+    return torch.tensor(N * S * D * L * 20 * 2, dtype=torch.int64).item()
+
+
+def attention_crossover_length():
+    # the fitted constants of the notebook's transformer: a = 16 values per token and unit of width,
+    # b = 1 (N, H, S, S) tensor per layer; the crossover solves H * S**2 = 16 * S * D
+    D, H = 768, 12
+    S = torch.arange(1, 4097)
+    over = S[H * S * S > 16 * S * D]
+    return over[0].item() - 1  # the length above which attention takes over
+
+
+def checkpoint_sequential_reruns():
+    from torch.utils.checkpoint import checkpoint_sequential
+    blocks = [CountedBlock() for _ in range(16)]
+    x = torch.randn(2, 4, requires_grad=True)
+    checkpoint_sequential(nn.Sequential(*blocks), 4, x, use_reentrant=True).sum().backward()
+    return sum(b.calls == 2 for b in blocks)
+
+
+def smallest_sequential_peak():
+    """The smallest peak over k, measured with the course's ledger over 16 tanh blocks, in activations."""
+    from torch.utils.checkpoint import checkpoint_sequential
+
+    from autograder.learner.memory import SavedTensorLedger
+    n, size = 16, 1024
+    measured, formula = [], []
+    for k in range(1, n + 1):
+        x = torch.randn(size, requires_grad=True)
+        blocks = nn.Sequential(*[nn.Tanh() for _ in range(n)])
+        with SavedTensorLedger() as ledger:
+            checkpoint_sequential(blocks, k, x, use_reentrant=True).sum().backward()
+        measured.append(ledger.peak_bytes // (size * 4))
+        formula.append((k - 1) + (n - (k - 1) * (n // k)))
+    assert measured == formula, (measured, formula)
+    return min(measured)
+
+
+def batchnorm_in_checkpoint():
+    from torch.utils.checkpoint import checkpoint
+    bn = nn.BatchNorm1d(8)
+    checkpoint(bn, torch.randn(16, 8, requires_grad=True), use_reentrant=False).sum().backward()
+    return int(bn.num_batches_tracked)
+
+
+VERIFIERS = {
+    ("06_checkpointing", "batch-doubles-activations"): batch_doubling_factor,
+    ("06_checkpointing", "tanh-saves-output"): what_tanh_keeps,
+    ("06_checkpointing", "checkpoint-time-price"): checkpointed_step_cost,
+    ("06_checkpointing", "hook-api"): saved_tensor_hook_api,
+    ("06_checkpointing", "grad-mode-in-function-forward"): grad_mode_in_function_forward,
+    ("06_checkpointing", "practice-problem-five"): practice_problem_five_bytes,
+    ("06_checkpointing", "attention-crossover"): attention_crossover_length,
+    ("06_checkpointing", "sequential-runs-twice"): checkpoint_sequential_reruns,
+    ("06_checkpointing", "sqrt-n-peak"): smallest_sequential_peak,
+    ("06_checkpointing", "batchnorm-twice"): batchnorm_in_checkpoint,
+    ("05_loss_scaling", "scaling-the-loss"): loss_scale_reaches_the_first_layer,
+    ("05_loss_scaling", "bf16-vs-fp16-range"): smaller_positive_format,
+    ("05_loss_scaling", "smallest-fp16"): smallest_positive_fp16,
+    ("05_loss_scaling", "underflow-share"): fp16_underflow_share,
+    ("05_loss_scaling", "default-scale-after-clean-steps"): gradscaler_scale_after_ten_clean_steps,
+    ("05_loss_scaling", "growth-after-backoff"): first_growth_after_backoff,
+    ("04_toggles", "distill-temperature-factor"): distill_gradient_shrink_without_t_squared,
+    ("04_toggles", "uneven-micro-batches"): micro_batch_weight,
+    ("04_toggles", "non-scalar-backward"): sum_over_mean_gradient,
+    ("03_vjp", "linear-jacobian-size"): linear_jacobian_entries,
+    ("03_vjp", "tanh-vjp-from-output"): tanh_vjp,
+    ("03_vjp", "batched-matmul-gradient-shape"): batched_matmul_gradient_shape,
+    ("03_vjp", "gradgradcheck-purpose"): check_that_tells_detached_backward,
+    ("03_vjp", "straight-through-gradient"): straight_through_gradient,
+    ("03_vjp", "stable-lse-at-1000"): stable_logsumexp_at_1000,
+    ("03_vjp", "engine-reused-tensor"): assigning_engine_gradient,
+    ("02_micrograd", "root-seed"): root_seed,
+    ("02_micrograd", "recursion-depth-steps"): recursive_sort_steps,
+    ("02_micrograd", "tanh-from-output"): tanh_local_derivative,
+    ("02_micrograd", "mlp-parameter-count"): micrograd_mlp_parameters,
+    ("01_chain_rule", "grad-shape-of-weight-matrix"): grad_of_weight_shape,
+    ("01_chain_rule", "finite-difference-cost"): central_difference_evaluations,
+    ("01_chain_rule", "best-eps-float32"): best_eps_float32,
+    ("01_chain_rule", "sigmoid-backward-from-output"): sigmoid_from_output,
+    ("01_chain_rule", "softmax-jacobian-entry"): softmax_jacobian_diagonal,
+    ("01_chain_rule", "cross-entropy-batch-gradient"): batch_cross_entropy_entry,
+}

@@ -1,0 +1,399 @@
+"""The kernel sandbox against what a hostile submission did (issue 15).
+
+Each test runs a few real sandboxed kernels, with many attacks batched into one notebook, and
+asserts what the kernel saw and what grading recorded. Where no sandbox can start here the tests
+are skipped with the reason, except under CI (the `CI` variable set), where the sandbox must be
+there and they fail instead.
+"""
+import contextlib
+import json
+import os
+import pathlib
+import secrets
+import socket
+import sys
+import time
+
+import course
+import nbformat
+import psutil
+import pytest
+
+from autograder.grader import bubblewrap, isolation
+from autograder.grader.sandbox import MESSAGE_CHARS, Limits, run_notebook
+
+PROBLEM = isolation.problem()
+pytestmark = pytest.mark.skipif(PROBLEM is not None and not os.environ.get("CI"),
+                                reason=f"kernels cannot be sandboxed here: {PROBLEM}")
+
+
+def notebook(*sources, grade=()):
+    """A notebook of code cells; the cells whose index is in `grade` are nbgrader test cells."""
+    nb = nbformat.v4.new_notebook()
+    for i, source in enumerate(sources):
+        cell = nbformat.v4.new_code_cell(source)
+        if i in grade:
+            cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1,
+                                         "grade_id": f"test_{i}", "schema_version": 3}
+        nb.cells.append(cell)
+    return nb
+
+
+def text(cell) -> str:
+    return "".join(o.get("text", "") if o.output_type == "stream" else f"{o.get('ename')}: {o.get('evalue')}"
+                   for o in cell.outputs if o.output_type in ("stream", "error"))
+
+
+def errors(cell) -> list:
+    return [f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error"]
+
+
+def report(cell) -> dict:
+    """The JSON a probing cell printed last."""
+    return json.loads(text(cell).strip().splitlines()[-1])
+
+
+def host_processes_with(token) -> list:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if any(token in part for part in process.info["cmdline"] or ()):
+                found.append(process)
+    return found
+
+
+# The probing cells share this helper: every attempt is recorded as "ok: ..." or "<Error>: ...".
+ATTEMPT = '''import json, os, socket
+seen = {}
+def attempt(label, fn):
+    try:
+        seen[label] = "ok: " + str(fn())[:200]
+    except BaseException as err:
+        seen[label] = f"{type(err).__name__}: {err}"[:200]
+'''
+
+
+def test_a_kernel_reaches_no_grader_service_no_secret_and_no_file_outside_its_allow_list(tmp_path, monkeypatch):
+    token = secrets.token_hex(8)
+    monkeypatch.setenv("GRADER_SECRET_TOKEN", token)
+    listener = socket.socket()  # a grader-side service (a Dask scheduler listens like this)
+    listener.bind(("0.0.0.0", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    addresses = sorted({a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+                        if a.family == socket.AF_INET})
+    unix_path = tmp_path / "scheduler.sock"
+    unix_listener = socket.socket(socket.AF_UNIX)
+    unix_listener.bind(str(unix_path))
+    unix_listener.listen()
+
+    root = tmp_path / "course"  # another course, with its secrets
+    (root / "solutions" / "07_fake").mkdir(parents=True)
+    (root / "solutions" / "07_fake" / "answer_key.py").write_text(f"SECRET = '{token}'\n")
+    (root / "submitted" / "other" / "07_fake").mkdir(parents=True)
+    (root / "submitted" / "other" / "07_fake" / "07_fake.ipynb").write_text(token)
+    (root / "gradebook.db").write_text(token)
+    grader_files = [root / "solutions" / "07_fake" / "answer_key.py", root / "gradebook.db",
+                    root / "submitted" / "other" / "07_fake" / "07_fake.ipynb",
+                    course.SOLUTIONS / "01_chain_rule" / "01_chain_rule.ipynb", course.ROOT / "tests" / "mutants",
+                    course.ROOT / "autograder" / "grader" / "trusted.py", pathlib.Path.home() / ".bashrc",
+                    pathlib.Path(sys.prefix).parent / ".git", pathlib.Path("/etc/shadow"), pathlib.Path("/run")]
+    package = pathlib.Path(bubblewrap.package_parts()["keep"][0]).parent
+    probe = ATTEMPT + f'''
+for address in {addresses!r}:
+    attempt(f"tcp {{address}}", lambda: socket.create_connection((address, {port}), timeout=2))
+attempt("unix", lambda: socket.socket(socket.AF_UNIX).connect({str(unix_path)!r}))
+attempt("environment", lambda: os.environ.get("GRADER_SECRET_TOKEN"))
+def scan_environ():
+    hits = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if {token!r}.encode() in open(f"/proc/{{pid}}/environ", "rb").read():
+                hits.append(pid)
+        except OSError:
+            pass
+    return hits
+attempt("other environments", scan_environ)
+for path in {[str(p) for p in grader_files]!r}:
+    attempt(f"read {{path}}", lambda: os.listdir(path) if os.path.isdir(path) else open(path, "rb").read(64))
+attempt("grader package", lambda: __import__("autograder.grader.trusted"))
+attempt("home", lambda: os.listdir({str(pathlib.Path.home())!r}))
+attempt("write python", lambda: open({str(pathlib.Path(sys.prefix) / 'planted.py')!r}, "w"))
+attempt("write package", lambda: open({str(package / 'learner' / 'planted.py')!r}, "w"))
+attempt("ids", lambda: (os.getuid(), os.getgid(), os.getgroups()))
+attempt("privileges", lambda: [line.split()[1] for line in open("/proc/self/status")
+                               if line.startswith(("CapEff", "CapBnd", "NoNewPrivs"))])
+print(json.dumps(seen))
+'''
+    try:
+        nb = notebook(probe)
+        problems = run_notebook(nb, Limits(cell_seconds=60), hidden=isolation.secrets_of(root))
+        listener.settimeout(0)
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nothing ever connected
+    finally:
+        listener.close()
+        unix_listener.close()
+    seen = report(nb.cells[0])
+    assert problems == [], problems
+    assert token not in json.dumps(seen)
+    for address in addresses:
+        assert seen[f"tcp {address}"].startswith(("ConnectionRefusedError", "OSError: [Errno 101]")), seen
+    assert seen["unix"].startswith("FileNotFoundError"), seen
+    assert seen["environment"] == "ok: None" and seen["other environments"] == "ok: []"
+    for path in grader_files:
+        assert seen[f"read {path}"].startswith("FileNotFoundError"), (path, seen[f"read {path}"])
+    assert seen["grader package"].startswith("ModuleNotFoundError")
+    home_needs = {pathlib.Path(p).relative_to(pathlib.Path.home()).parts[0] for p in bubblewrap.python_paths()
+                  if pathlib.Path(p).is_relative_to(pathlib.Path.home())}
+    assert set(eval(seen["home"].removeprefix("ok: "))) <= home_needs  # only the way to this Python
+    assert seen["write python"].startswith("OSError: [Errno 30] Read-only")
+    assert seen["write package"].startswith("OSError: [Errno 30] Read-only")
+    uid, gid, groups = eval(seen["ids"].removeprefix("ok: "))
+    assert uid not in (0, os.getuid()) and gid != 0 and groups == []
+    assert eval(seen["privileges"].removeprefix("ok: ")) == ["0000000000000000", "0000000000000000", "1"]
+
+
+def test_nothing_a_submission_starts_outlives_its_kernel_and_its_limits_hold(tmp_path):
+    token = secrets.token_hex(8)
+    limits = Limits(cell_seconds=60, memory_mb=600, processes=48, scratch_mb=32, file_mb=8)
+    nb = notebook(
+        # a new session, nohup, and a double-forked daemon holding memory
+        f"import os, subprocess, sys, time\n"
+        f"sleeper = [sys.executable, '-c', 'import time; time.sleep(3600)', '{token}']\n"
+        f"subprocess.Popen(sleeper, start_new_session=True)\n"
+        f"subprocess.Popen(['nohup', *sleeper], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        f"if os.fork() == 0:\n"
+        f"    os.setsid()\n"
+        f"    if os.fork() == 0:\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; hoard = bytearray(50 * 2**20); "
+        f"time.sleep(3600)', '{token}'])\n"
+        f"    os._exit(0)\n"
+        f"os.wait()\n"
+        f"time.sleep(0.5)",
+        ATTEMPT + f'''
+def fill(folder):
+    written = 0
+    try:
+        for i in range(1000):
+            with open(f"{{folder}}/{token}-{{i}}", "wb") as f:
+                for _ in range(4):
+                    f.write(bytes(2**20))
+                    written += 1
+    finally:
+        seen[folder + " MB"] = written
+attempt("big file", lambda: open("big", "wb").write(bytes(9 * 2**20)))
+os.remove("big")
+for folder in ("/tmp", "/dev/shm", os.getcwd()):
+    attempt("fill " + folder, lambda: fill(folder))
+def fork_bomb():
+    children = []
+    try:
+        for _ in range(1000):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(3600)
+                os._exit(0)
+            children.append(pid)
+    finally:
+        seen["forked"] = len(children)
+        for pid in children:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+attempt("fork bomb", fork_bomb)
+attempt("one huge allocation", lambda: len(bytearray(2000 * 2**20)))
+attempt("alive", lambda: sum({token!r} in open(f"/proc/{{p}}/cmdline").read() for p in os.listdir("/proc")
+                              if p.isdigit()))
+print(json.dumps(seen))
+''')
+    problems = run_notebook(nb, limits)
+    seen = report(nb.cells[1])
+    assert problems == [], problems
+    assert seen["alive"] == "ok: 3", seen  # all three were running while the kernel was
+    for folder in ("/tmp", "/dev/shm"):
+        assert seen[f"fill {folder}"].startswith("OSError: [Errno 28] No space"), seen
+        assert 16 <= seen[f"{folder} MB"] <= 32, seen
+    assert seen["big file"].startswith("OSError: [Errno 27] File too large"), seen
+    assert seen["fork bomb"].startswith("BlockingIOError"), seen
+    assert 0 < seen["forked"] < limits.processes, seen
+    assert seen["one huge allocation"].startswith("MemoryError"), seen
+    assert host_processes_with(token) == []  # `ps` is clean: nothing of the submission is left
+    for folder in (pathlib.Path("/tmp"), pathlib.Path("/dev/shm")):  # its files never reached the machine's
+        assert not list(folder.glob(f"{token}-*"))
+
+
+def test_memory_held_by_a_double_forked_daemon_counts_and_ends_with_the_kernel():
+    token = secrets.token_hex(8)
+    nb = notebook(
+        f"import os, sys, time\n"
+        f"if os.fork() == 0:\n"
+        f"    os.setsid()\n"
+        f"    if os.fork() == 0:\n"
+        f"        hoard = 'import time\\ntime.sleep(3)\\nhoard = []\\nfor _ in range(40):\\n'\n"
+        f"        hoard += '    hoard.append(bytearray(25 * 2**20))\\n    time.sleep(0.05)\\ntime.sleep(3600)'\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', hoard, '{token}'])\n"
+        f"    os._exit(0)\n"
+        f"os.wait()",
+        "import time\ntime.sleep(60)",
+        "print('graded on')")
+    began = time.monotonic()
+    problems = run_notebook(nb, Limits(cell_seconds=90, memory_mb=400))
+    assert time.monotonic() - began < 60
+    assert problems == [(1, "the cell used more than 400 MB of memory")]
+    assert errors(nb.cells[1]) == ["KernelDied: the cell used more than 400 MB of memory"]
+    assert text(nb.cells[2]) == "graded on\n"
+    assert host_processes_with(token) == []
+
+
+def test_huge_and_expanded_answers_are_refused_before_the_grader_materialises_them():
+    answers = ("import torch\n"
+               "def expanded(x):\n    return torch.ones(1).expand(250_000_000)\n"
+               "def wordy(x):\n    raise ValueError('w' * 3_000_000)\n"
+               "def fine(x):\n    return x * 2")
+    check = "import torch\nfrom autograder import checks\n"
+    nb = notebook(answers,
+                  check + "checks.call_student('expanded', expanded, torch.ones(2))",
+                  check + "checks.call_student('wordy', wordy, torch.ones(2))",
+                  check + "checks.expect_close('fine', checks.call_student('fine', fine, torch.ones(2)), "
+                          "torch.full((2,), 2.0))",
+                  grade=(1, 2, 3))
+    problems = run_notebook(nb, Limits(cell_seconds=60), trusted_names=["expanded", "fine", "wordy"])
+    assert problems == []
+    assert errors(nb.cells[1]) == ["GradingError: expanded: the answer from your notebook is too large to grade: "
+                                   "a tensor of shape (250000000,) has 250,000,000 elements (at most 33,554,432 "
+                                   "may come back)"]
+    [wordy] = errors(nb.cells[2])
+    assert wordy.startswith("GradingError: wordy: the answer from your notebook is too large to grade: a string of ")
+    assert errors(nb.cells[3]) == []  # a normal answer still crosses
+    assert len(nbformat.writes(nb)) < 50_000
+
+
+def test_plain_mode_reads_only_its_answer_key_and_trusted_mode_never(tmp_path):
+    root = tmp_path / "course"
+    folder = root / "solutions" / "07_fake"
+    folder.mkdir(parents=True)
+    key = folder / "answer_key.py"
+    key.write_text("SECRET = 'the key'\n")
+    (folder / "07_fake.ipynb").write_text("hidden tests")
+    cells = ("from autograder.grader.keys import answer_key\nprint(answer_key('07_fake').SECRET)",
+             f"print(open({str(folder / '07_fake.ipynb')!r}).read())",
+             "import autograder.grader.trusted",
+             "raise ValueError('v' * 3_000_000)")
+    plain = notebook(*cells)
+    problems = run_notebook(plain, Limits(cell_seconds=60), answer_key=key, hidden=isolation.secrets_of(root))
+    assert problems == []
+    assert text(plain.cells[0]) == "the key\n"
+    assert errors(plain.cells[1])[0].startswith("FileNotFoundError")
+    assert errors(plain.cells[2])[0].startswith("ModuleNotFoundError")
+    [huge] = errors(plain.cells[3])
+    assert len(huge) < MESSAGE_CHARS + 200 and "more characters cut" in huge  # capped where it is stored
+
+    trusted = notebook(*cells[:2])
+    assert run_notebook(trusted, Limits(cell_seconds=60), trusted_names=[], hidden=isolation.secrets_of(root)) == []
+    assert errors(trusted.cells[0])[0].startswith("ModuleNotFoundError") and "the key" not in text(trusted.cells[0])
+    with pytest.raises(ValueError, match="never shows the answer key"):
+        run_notebook(notebook("pass"), Limits(), trusted_names=[], answer_key=key)
+
+
+def test_fractional_cell_limits():
+    nb = notebook("import time\ntime.sleep(10)", "print('next cell')")
+    began = time.monotonic()
+    problems = run_notebook(nb, Limits(cell_seconds=1.5, submission_seconds=60))
+    assert problems == [(0, "stopped after 1.5 s: does a loop never end?")]
+    assert text(nb.cells[1]) == "next cell\n"
+    assert time.monotonic() - began < 10
+
+
+def test_the_submission_limit_counts_the_replay_after_a_kernel_death():
+    """Cell 0 is quick when it first runs and endless when replayed (after `switch`); cell 1
+    kills the kernel after `switch`. Without the replay counted, grading would run past the
+    submission's 10 s until cell 0's own 60 s limit."""
+    switch = time.time() + 6
+    nb = notebook(f"import time\ntime.sleep(0.1 if time.time() < {switch} else 3600)",
+                  f"import os, time\ntime.sleep(max(0, {switch} - time.time()))\nos._exit(1)",
+                  "print('reached')")
+    began = time.monotonic()
+    problems = run_notebook(nb, Limits(cell_seconds=60, submission_seconds=10))
+    assert time.monotonic() - began < 10 + 8
+    assert problems == [(1, "the cell ended the Python process (os._exit, a crash, or a signal)"),
+                        (2, "not run: the submission used its whole 10 s")]
+    assert errors(nb.cells[2]) == ["SubmissionTimeLimit: not run: the submission used its whole 10 s"]
+
+
+def test_without_a_sandbox_grading_stops_unless_asked_explicitly(monkeypatch, capsys):
+    """The one test that grades unsandboxed (`Limits(unsandboxed=True)`): it shows that this flag,
+    and only it, lets grading go on where no sandbox can start."""
+    monkeypatch.setattr(bubblewrap, "problem", lambda: "bubblewrap (bwrap) is not installed: run ...")
+    with pytest.raises(isolation.SandboxUnavailable, match="(?s)not installed.*--unsandboxed"):
+        run_notebook(notebook("print(1)"), Limits())
+    with pytest.raises(SystemExit, match="Grading stopped: bubblewrap"):
+        isolation.require()
+    isolation.require(unsandboxed=True)
+    assert "GRADING WITHOUT A SANDBOX" in capsys.readouterr().err
+    nb = notebook("import os\nprint(os.getuid())")
+    assert run_notebook(nb, Limits(cell_seconds=60, unsandboxed=True)) == []
+    assert text(nb.cells[0]) == f"{os.getuid()}\n"  # it really ran as the grader
+
+
+def test_why_no_sandbox_says_what_to_do(monkeypatch):
+    monkeypatch.setattr(bubblewrap.shutil, "which", lambda name: None)
+    assert "apt-get install bubblewrap" in bubblewrap.problem.__wrapped__()
+    monkeypatch.setattr(bubblewrap.sys, "platform", "darwin")
+    assert "only on Linux" in bubblewrap.problem.__wrapped__()
+
+
+def plan(tmp_path, **changes):
+    fields = dict(workdir=isolation.HOME, exchange=str(tmp_path), env={"PATH": "/usr/bin"}, uid=123456789)
+    return bubblewrap.Plan(**{**fields, **changes})
+
+
+def test_a_plan_that_would_expose_a_hidden_path_is_refused(tmp_path):
+    with pytest.raises(PermissionError, match="would expose"):
+        bubblewrap.command(plan(tmp_path, hidden=(sys.prefix,)), ["python"])
+    args = bubblewrap.command(plan(tmp_path, hidden=(str(course.SOLUTIONS),)), ["python"])
+    assert "--unshare-net" in args and "--die-with-parent" in args and "--clearenv" in args
+
+
+def test_gpu_device_nodes_are_bound_where_there_are_some(tmp_path, monkeypatch):
+    """Unverified on a real GPU here (no GPU on this machine): only the options are checked."""
+    monkeypatch.setattr(bubblewrap, "nvidia_devices", lambda: ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"])
+    args = " ".join(bubblewrap.filesystem(plan(tmp_path)))
+    for device in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"):
+        assert f"--dev-bind {device} {device}" in args
+    assert not any(a.startswith("--data") for a in bubblewrap.limits(plan(tmp_path)))
+    monkeypatch.setattr(bubblewrap, "nvidia_devices", lambda: [])
+    assert "nvidia" not in " ".join(bubblewrap.filesystem(plan(tmp_path)))
+    assert any(a.startswith("--data") for a in bubblewrap.limits(plan(tmp_path)))
+
+
+def test_the_environment_is_an_allow_list(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t")
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    env = isolation.kernel_env(isolation.HOME, threads=3)
+    assert "AWS_SECRET_ACCESS_KEY" not in env and env["COURSE_DEVICE"] == "cpu"
+    assert env["OMP_NUM_THREADS"] == "3" and env["HOME"] == isolation.HOME
+    assert env["COURSE_PROGRESS"].startswith(isolation.HOME) and "COURSE_ROOT" not in env
+
+
+def test_a_kernel_started_ahead_is_a_fresh_sandbox_and_none_outlives_the_pool():
+    from autograder.grader.sandbox import KernelPool
+    pool = KernelPool(preload=("torch",))
+    try:
+        first = notebook("import os\nsecret = 42\nopen('/tmp/left-behind', 'w').write('x')\nprint(os.getpid())")
+        run_notebook(first, Limits(cell_seconds=60), pool=pool)
+        assert len(pool._spares) == 1  # the next kernel was started while this one ran
+        [spare] = pool._spares.values()
+        second = notebook("import os, sys\nprint(os.path.exists('/tmp/left-behind'), 'secret' in globals(), "
+                          "'torch' in sys.modules, sorted(k for k in globals() if not k.startswith('_')))")
+        run_notebook(second, Limits(cell_seconds=60), pool=pool)
+        names = "['In', 'Out', 'exit', 'get_ipython', 'open', 'os', 'quit', 'sys']"  # no name of the preload
+        assert text(second.cells[0]) == f"False False True {names}\n"
+        assert spare.sandbox.exchange.folder.exists() is False  # the spare ran that notebook, and was ended
+        other = notebook("print('other limits')")
+        run_notebook(other, Limits(cell_seconds=30), pool=pool)  # another configuration: a spare of its own
+        assert len(pool._spares) == 2
+        kernels = [km.provisioner.process.pid for km in pool._spares.values()]
+    finally:
+        pool.close()
+    assert pool._spares == {} and not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
+                                          for pid in kernels)
