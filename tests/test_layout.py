@@ -2,9 +2,8 @@
 module so long that it holds more than one idea unless its docstring says why.
 
 Imports are read with `ast` (tests/importgraph.py): function-level ones and literal
-`importlib.import_module`/`__import__` calls count. Known problems being fixed elsewhere are
-strict xfails: when one is fixed, its test passes, and strict mode fails the run until the
-marker is removed here.
+`importlib.import_module`/`__import__` calls count. The rules are proven able to fail on small
+fake trees at the end of this file.
 """
 import ast
 import re
@@ -15,11 +14,6 @@ import pytest
 EDGES = importgraph.imports()
 MODULES = importgraph.modules()
 
-# Import cycles other engineers are removing (issue 14/16): {name: (its modules, reason)}.
-KNOWN_CYCLES = {
-    "classgrade-cli": ({"autograder.grader.classgrade", "autograder.grader.cli"},
-                       "classgrade and cli import each other (nbgrader_env); being fixed with issue 15"),
-}
 # Which parts of the package each part may import; the package's own __init__ ships with the learner.
 LAYERS = {"learner": {"learner"}, "checks": {"learner", "checks"}, "grader": {"learner", "checks", "grader"}}
 
@@ -31,21 +25,9 @@ def describe_cycle(component) -> str:
     return "import cycle among " + ", ".join(component) + ":\n  " + "\n  ".join(map(str, path))
 
 
-def cycle_cases():
-    """One case per known cycle (even once it is gone, so that its strict xfail notices) and one
-    per cycle found that no known one covers."""
-    cases = [pytest.param(set(members), id=name, marks=pytest.mark.xfail(strict=True, reason=reason))
-             for name, (members, reason) in KNOWN_CYCLES.items()]
-    for component in importgraph.cycles(EDGES):
-        if not any(set(component) <= members for members, _ in KNOWN_CYCLES.values()):
-            cases.append(pytest.param(set(component), id="-".join(m.rsplit(".", 1)[-1] for m in component)))
-    return cases
-
-
-@pytest.mark.parametrize("members", cycle_cases())
-def test_no_import_cycle(members):
-    inside = [c for c in importgraph.cycles(EDGES) if set(c) & members]
-    assert not inside, "\n".join(describe_cycle(c) for c in inside)
+def test_no_import_cycle():
+    found = importgraph.cycles(EDGES)
+    assert not found, "\n".join(describe_cycle(c) for c in found)
 
 
 def layer(module: str) -> str | None:
