@@ -106,7 +106,7 @@ def test_instructor_workflow_scores_submissions(name, tmp_path):
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / f"{name}.ipynb")
 
-    said = nbgrader(tmp_path, "autograde", name, "--create", log_level="WARNING")
+    said = nbgrader(tmp_path, "autograde", name, "--create", log_level="WARN")
     said = said.stdout + said.stderr
     assert "checksum" not in said.lower(), "test cells as released (hidden tests removed) are restored silently"
     assert re.search(rf"edited_test, {name}: {victim}[\w-]*: the locked cell was edited", said), said[-2000:]
