@@ -39,6 +39,13 @@ def test_exceptions_and_the_autograders_records_come_back_as_data():
     assert round_trip(record) == record
 
 
+def test_a_huge_exception_message_is_cut_in_the_kernel_and_keeps_its_type():
+    raised = round_trip(ValueError("x" * 5_000_000))
+    assert raised.type_name == "ValueError"
+    assert raised.message.startswith("x" * boundary.EXCEPTION_CHARS)
+    assert raised.message.endswith(f"[{5_000_000 - boundary.EXCEPTION_CHARS:,} more characters]")
+
+
 def test_a_dataclass_from_elsewhere_is_not_rebuilt():
     encoded = {"__dataclass__": ["os", "path"], "fields": {}}
     assert isinstance(boundary.decode(encoded, []), boundary.Opaque)

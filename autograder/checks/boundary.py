@@ -20,7 +20,7 @@ import types
 
 import torch
 
-from autograder.checks.compare import GradingError, describe
+from autograder.checks.compare import GradingError, capped, describe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +38,7 @@ class Bounds:
 
 
 BOUNDS = Bounds()
+EXCEPTION_CHARS = 10_000  # of an exception's message, cut in the kernel: the type still comes back
 
 
 class TooLarge(GradingError):
@@ -132,7 +133,7 @@ def encode(value, params):
     if isinstance(value, (torch.dtype, torch.device)):
         return {"__torch__": type(value).__name__, "text": str(value)}
     if isinstance(value, BaseException):
-        return {"__exception__": type(value).__qualname__, "message": str(value)}
+        return {"__exception__": capped(type(value).__qualname__, 200), "message": capped(value, EXCEPTION_CHARS)}
     if dataclasses.is_dataclass(value) and type(value).__module__.startswith("autograder."):
         return {"__dataclass__": [type(value).__module__, type(value).__qualname__],
                 "fields": {f.name: encode(getattr(value, f.name), params) for f in dataclasses.fields(value)}}

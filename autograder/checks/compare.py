@@ -33,6 +33,15 @@ def describe(value) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+def capped(text, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how much was cut: a message from student code can
+    be any length, and wherever it is sent or stored it must stay small."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit:,} more characters]"
+
+
 def describe_inputs(inputs) -> str:
     if not inputs:
         return ""

@@ -32,6 +32,7 @@ from nbgrader.preprocessors import AssignLatePenalties, NbGraderPreprocessor
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
+from autograder.checks import compare
 from autograder.grader import submissions
 from autograder.grader.nbgrader_run import with_scripts_on_path
 
@@ -40,11 +41,8 @@ OUTPUT_CHARS = 20_000  # one output's text in an autograded notebook (feedback s
 
 
 def capped(text, limit: int = MESSAGE_CHARS) -> str:
-    """`text` cut to `limit` characters, saying how much was cut."""
-    text = str(text)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… [{len(text) - limit:,} more characters]"
+    """`text` cut to `limit` characters (a gradebook or report message by default)."""
+    return compare.capped(text, limit)
 
 
 def bound_outputs(nb, limit: int = OUTPUT_CHARS):

@@ -24,6 +24,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from nbgrader import utils
 
+from autograder.checks import compare
 from autograder.grader import isolation, trusted
 from autograder.grader.execution import SteadyNotebookClient
 
@@ -50,8 +51,8 @@ class Limits:
 
 
 def capped(text, limit=MESSAGE_CHARS) -> str:
-    text = str(text)
-    return text if len(text) <= limit else f"{text[:limit]}\n[... {len(text) - limit:,} more characters cut]"
+    """`text` cut to `limit` characters (an error message stored in a notebook by default)."""
+    return compare.capped(text, limit)
 
 
 def error_output(ename, evalue):
