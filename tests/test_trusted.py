@@ -46,6 +46,19 @@ def test_a_huge_exception_message_is_cut_in_the_kernel_and_keeps_its_type():
     assert raised.message.endswith(f"[{5_000_000 - boundary.EXCEPTION_CHARS:,} more characters]")
 
 
+def test_a_student_call_that_raises_a_huge_message_fails_with_its_type_and_a_cut_message():
+    def shouts(x):
+        raise ValueError("x" * 5_000_000)
+    exchange = isolation.Exchange()
+    try:
+        remote = mutation.Loopback({"shouts": shouts}, exchange)
+        with pytest.raises(checks.GradingError, match="ValueError") as caught:
+            remote.call("shouts", boundary.StudentName("shouts"), [torch.ones(2)], {})
+    finally:
+        exchange.remove()
+    assert "more characters]" in str(caught.value) and len(str(caught.value)) < boundary.EXCEPTION_CHARS + 100
+
+
 def test_a_dataclass_from_elsewhere_is_not_rebuilt():
     encoded = {"__dataclass__": ["os", "path"], "fields": {}}
     assert isinstance(boundary.decode(encoded, []), boundary.Opaque)

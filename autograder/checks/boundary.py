@@ -38,7 +38,7 @@ class Bounds:
 
 
 BOUNDS = Bounds()
-EXCEPTION_CHARS = 10_000  # of an exception's message, cut in the kernel: the type still comes back
+EXCEPTION_CHARS = 10_000  # of a failure's or exception's message, cut in the kernel: its start comes back
 
 
 class TooLarge(GradingError):

@@ -12,7 +12,7 @@ import types
 import torch
 
 from autograder.checks import boundary, student_calls
-from autograder.checks.compare import GradingError
+from autograder.checks.compare import GradingError, capped
 
 
 def _resolve(value, namespace):
@@ -59,7 +59,7 @@ def respond(request_path, response_path, namespace):
         payload = {"result": boundary.encode(result, boundary.param_names(holders)),
                    "after": [boundary.state_after(h) for h in holders]}
     except GradingError as err:
-        payload = {"failure": str(err)}
+        payload = {"failure": capped(err, boundary.EXCEPTION_CHARS)}  # a message may quote the student's
     torch.save(payload, response_path)
 
 
