@@ -1,4 +1,6 @@
-"""Execute every solution notebook once and print its wall time and the total.
+"""Execute every solution notebook once, print its wall time and the total, and fail (exit status 1,
+naming each) where a notebook took LIMIT_S or more: the course promises that every notebook runs top to
+bottom in under 30 s on a laptop CPU.
 
 Run from the repository root: `make benchmark` (or `.venv/bin/python benchmarks/course_runtime.py`).
 """
@@ -15,6 +17,7 @@ import torch
 from autograder.grader.execution import SteadyNotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+LIMIT_S = 30.0
 
 
 def run(path: pathlib.Path, workdir: str) -> float:
@@ -24,21 +27,33 @@ def run(path: pathlib.Path, workdir: str) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
+def over_the_limit(seconds: dict) -> str:
+    """'' where every notebook ran in under LIMIT_S; else a line that names each one that did not."""
+    slow = [f"{name} ({s:.1f} s)" for name, s in seconds.items() if s >= LIMIT_S]
+    if not slow:
+        return ""
+    return (f"over the course's limit of {LIMIT_S:g} s a notebook, kernel start included: " + ", ".join(slow)
+            + ": make it faster (smaller cases, fewer steps) or move the slow part out of the notebook")
+
+
+def main() -> int:
     notebooks = sorted((ROOT / "solutions").glob("*/*.ipynb"))
     device = "CUDA " + torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {device}, "
           f"Python {sys.version.split()[0]}, torch {torch.__version__}")
-    total = 0.0
+    seconds = {}
     with tempfile.TemporaryDirectory() as workdir:
         os.environ.setdefault("COURSE_PROGRESS", str(pathlib.Path(workdir) / "progress.json"))
         os.environ.setdefault("COURSE_ROOT", str(ROOT))  # hidden tests load answer keys from the course
         for path in notebooks:
-            seconds = run(path, workdir)
-            total += seconds
-            print(f"{path.stem:<24} {seconds:6.1f} s  (kernel start included)")
-    print(f"{'total':<24} {total:6.1f} s")
+            seconds[path.stem] = run(path, workdir)
+            print(f"{path.stem:<24} {seconds[path.stem]:6.1f} s  (kernel start included)")
+    print(f"{'total':<24} {sum(seconds.values()):6.1f} s")
+    problem = over_the_limit(seconds)
+    if problem:
+        print(problem, file=sys.stderr)
+    return 1 if problem else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

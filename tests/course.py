@@ -1,4 +1,5 @@
 """What the tests know about the course's files: where notebooks live, how to run and read them."""
+import ast
 import pathlib
 
 import nbformat
@@ -20,6 +21,23 @@ def solution_path(name: str) -> pathlib.Path:
 
 def release_path(name: str) -> pathlib.Path:
     return NOTEBOOKS / f"{name}.ipynb"
+
+
+def answer_key_path(name: str) -> pathlib.Path:
+    return SOLUTIONS / name / "answer_key.py"
+
+
+def _is_answer(decorator) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return (isinstance(target, ast.Name) and target.id == "answer") or \
+           (isinstance(target, ast.Attribute) and target.attr == "answer")
+
+
+def answers(path) -> list:
+    """The top-level functions and classes of an answer key marked `@answer`, as syntax trees."""
+    tree = ast.parse(pathlib.Path(path).read_text(), filename=str(path))
+    return [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and any(_is_answer(d) for d in node.decorator_list)]
 
 
 def read(path) -> nbformat.NotebookNode:

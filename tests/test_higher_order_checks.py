@@ -1,6 +1,7 @@
 """autograder.checks.higher_order: the references and counts are right, correct answers written here
 (independently of the notebook's solutions) pass, the classic slips fail with a message that names
 them, and the checks work across the trusted boundary."""
+import warnings
 from unittest import mock
 
 import mutation
@@ -490,6 +491,9 @@ def test_an_in_place_step_in_a_hook_needs_no_grad_only_under_create_graph():
     p.register_post_accumulate_grad_hook(step)
     (p * p).sum().backward()
     assert torch.allclose(p.detach(), torch.full((3,), 0.8))
+    # PyTorch warns about create_graph=True's reference cycle once per process, so whether it is seen here
+    # depends on the tests run before; what the text claims is the refusal.
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad is being used in an in-place"), \
-            pytest.warns(UserWarning, match="create_graph=True"):
+            warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Using backward\\(\\) with create_graph=True", category=UserWarning)
         (p * p).sum().backward(create_graph=True)

@@ -3,26 +3,40 @@ holds no answer: no grader, no answer key, and no function that is a reference s
 again. Every module of it imports from an unpacked copy with no checkout beside it.
 
 References are the solution cells of every `solutions/*/*.ipynb` and every `@answer` definition
-of every `solutions/*/answer_key.py`. Each function (methods and nested functions included) is
-normalised: its own name, docstrings, decorators and annotations dropped, every identifier
-renamed in order of first use (v0, v1, ...). A function of the wheel whose normalised form
-equals a reference's, with 3 or more statements in its body, is a copy. So is one whose
-syntax-tree token sequence (identifiers dropped) is at least 75% the same as a reference's of
-60 tokens or more (difflib's ratio): that finds a copy with a statement added, an expression given
-a name or a step reordered. Calibration, on the tree of issue 14: the references that had been
-copied into the checks scored 0.79 to 1.0 against their solutions; the most similar unrelated
-pair of 60+ tokens scored 0.64.
+of every `solutions/*/answer_key.py`. Each function and class (methods and nested functions
+included) is normalised: its own name, docstrings, decorators and annotations dropped, every
+identifier renamed in order of first use (v0, v1, ...). A function of the wheel whose normalised
+form equals a reference's, with 3 or more statements in its body, is a copy; so is a class of the
+wheel that equals a reference class. So is a function whose syntax-tree token sequence
+(identifiers dropped) is at least 75% the same as a reference's of 60 tokens or more (difflib's
+ratio): that finds a copy with a statement added, an expression given a name or a step reordered.
+Calibration, on the tree of issue 14: the references that had been copied into the checks scored
+0.79 to 1.0 against their solutions; the most similar unrelated pair of 60+ tokens scored 0.64.
+
+A shorter reference (most of 01's and 03's answers are one line) is searched for by what it
+computes: its body with its local names inlined (`s = sigmoid(x); return s * (1 - s)` becomes
+`sigmoid(x) * (1 - sigmoid(x))`), normalised, found anywhere in the wheel (any expression, or any
+run of statements, of any block, with the block's own names inlined the same way). Only where that
+is the learner's own arithmetic: an operator (or a statement such as `with`) and 10 tokens or more.
+A body that only calls something (`torch.round(x)`, `Checkpoint.apply(fn, *args)`, `model(x)`) or
+returns its argument is what the checks legitimately do when they compare with PyTorch or call the
+learner's code; such a method is searched as part of its class. Calibration, on the tree this search
+was added to: the smallest graded answer searched this way, `g * (x > 0)`, has 10 tokens; what the
+checks share with short references is `a + b`, `a * b`, `[]` (6 tokens or fewer) and the calls above.
 """
 import ast
 import copy
 import dataclasses
 import difflib
+import functools
+import itertools
 import os
 import pathlib
 import shutil
 import subprocess
 import sys
 import sysconfig
+import typing
 import zipfile
 
 import course
@@ -34,21 +48,36 @@ from packaging.version import Version
 
 MIN_STATEMENTS = 3
 NEAR_RATIO, NEAR_MIN_TOKENS = 0.75, 60
+SHORT_MIN_TOKENS = 10
+OPERATORS = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.AugAssign)
+INLINE_MAX_NODES = 100  # a longer value is not inlined, so that chains of names cannot grow without bound
 
 
 # --- normalising functions ----------------------------------------------------------------------
+
+class Work(typing.NamedTuple):
+    """What a short function computes: one expression, or its statements, with its local names inlined."""
+    tokens: tuple
+    key: str
+
 
 @dataclasses.dataclass
 class Function:
     where: str       # file (and cell) it comes from
     name: str        # qualified name
     line: int
-    exact: str       # ast.dump of the normalised function
+    exact: str       # ast.dump of the normalised function or class
     tokens: tuple    # preorder node types, attribute names and constants, no identifiers
     statements: int
+    is_class: bool
+    work: Work | None  # for a function of fewer than MIN_STATEMENTS statements whose work is the learner's own
 
     def __str__(self):
         return f"{self.where}:{self.line} {self.name}"
+
+    @property
+    def searched(self) -> bool:
+        return self.is_class or self.statements >= MIN_STATEMENTS or self.work is not None
 
 
 class _Normalise(ast.NodeTransformer):
@@ -61,10 +90,8 @@ class _Normalise(ast.NodeTransformer):
         return self.names.setdefault(name, f"v{len(self.names)}")
 
     def _strip(self, node):
-        body = node.body
-        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]
+        if _docstring(node):
+            node.body = node.body[1:] or [ast.Pass()]
         node.decorator_list = []
         return node
 
@@ -104,65 +131,136 @@ class _Normalise(ast.NodeTransformer):
     visit_Nonlocal = visit_Global
 
 
-def _tokens(node) -> tuple:
-    """Node types in preorder, with attribute names, constants and operators; identifiers left out."""
-    out = []
-    for child in _preorder(node):
-        out.append(type(child).__name__)
-        if isinstance(child, ast.Attribute):
-            out.append("." + child.attr)
-        elif isinstance(child, ast.Constant):
-            out.append(repr(child.value)[:40])
-    return tuple(out)
+def _docstring(node) -> bool:
+    body = node.body
+    return bool(body) and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+        and isinstance(body[0].value.value, str)
 
 
-def _preorder(node):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(list(ast.iter_child_nodes(current))))
+def _tokens(node, memo=None) -> tuple:
+    """Node types in preorder, with attribute names, constants and operators; identifiers left out.
+    `memo`, where given, receives {id(subtree): its tokens} for every subtree on the way."""
+    head = (type(node).__name__,)
+    if isinstance(node, ast.Attribute):
+        head += ("." + node.attr,)
+    elif isinstance(node, ast.Constant):
+        head += (repr(node.value)[:40],)
+    out = head + tuple(itertools.chain.from_iterable(_tokens(c, memo) for c in ast.iter_child_nodes(node)))
+    if memo is not None:
+        memo[id(node)] = out
+    return out
 
 
-def normalise(fn: ast.FunctionDef, where: str, name: str) -> Function:
+def key(node) -> str:
+    """The normalised form of an expression or a list of statements."""
+    node = ast.Module(body=node, type_ignores=[]) if isinstance(node, list) else node
+    return ast.dump(_Normalise().visit(copy.deepcopy(node)))
+
+
+class _Inline(ast.NodeTransformer):
+    def __init__(self, values):
+        self.values = values
+
+    def visit_Name(self, node):
+        known = isinstance(node.ctx, ast.Load) and node.id in self.values
+        return copy.deepcopy(self.values[node.id]) if known else node
+
+
+def _sets_a_name(statement) -> bool:
+    return isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+        and isinstance(statement.targets[0], ast.Name)
+
+
+def inlined(block: list) -> list:
+    """`block` with each name that a plain `name = value` of it set earlier replaced by that value
+    (statements with nothing to replace are the block's own nodes, not copies)."""
+    values, out = {}, []
+    for statement in block:
+        names = [n for n in ast.walk(statement) if isinstance(n, ast.Name)]
+        if any(isinstance(n.ctx, ast.Load) and n.id in values for n in names):
+            statement = _Inline(values).visit(copy.deepcopy(statement))
+        for name in names:
+            if not isinstance(name.ctx, ast.Load):
+                values.pop(name.id, None)
+        if _sets_a_name(statement) and sum(1 for _ in ast.walk(statement.value)) <= INLINE_MAX_NODES:
+            values[statement.targets[0].id] = statement.value
+        out.append(statement)
+    return out
+
+
+def _work(fn) -> Work | None:
+    """What `fn` computes (see the module's docstring), or None where it only calls or returns something."""
+    kept = [s for s in inlined(fn.body[1:] if _docstring(fn) else fn.body) if not _sets_a_name(s)]
+    if len(kept) == 1 and isinstance(kept[0], ast.Return) and kept[0].value is not None:
+        kept = kept[0].value
+        own = any(isinstance(n, OPERATORS) for n in ast.walk(kept))
+    else:
+        own = bool(kept)
+    tokens = _tokens(ast.Module(body=kept, type_ignores=[]) if isinstance(kept, list) else kept)
+    return Work(tokens, key(kept)) if own and len(tokens) >= SHORT_MIN_TOKENS else None
+
+
+def normalise(fn: ast.FunctionDef | ast.ClassDef, where: str, name: str) -> Function:
     tree = _Normalise().visit(copy.deepcopy(fn))
     tree.name = "_"
-    statements = sum(isinstance(n, ast.stmt) for n in _preorder(tree)) - 1  # the def itself is not its body
-    return Function(where, name, fn.lineno, ast.dump(tree), _tokens(tree), statements)
+    statements = sum(isinstance(n, ast.stmt) for n in ast.walk(tree)) - 1  # the def itself is not its body
+    is_class = isinstance(fn, ast.ClassDef)
+    work = None if is_class or statements >= MIN_STATEMENTS else _work(fn)
+    return Function(where, name, fn.lineno, ast.dump(tree), _tokens(tree), statements, is_class, work)
 
 
 def functions(tree: ast.AST, where: str, prefix: str = "") -> list:
-    """Every function and method in `tree`, nested ones included, with qualified names."""
+    """Every function, method and class in `tree`, nested ones included, with qualified names."""
     found = []
     for node in ast.iter_child_nodes(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             name = prefix + node.name
             found.append(normalise(node, where, name))
             found += functions(node, where, name + ".")
-        elif isinstance(node, ast.ClassDef):
-            found += functions(node, where, prefix + node.name + ".")
         else:
             found += functions(node, where, prefix)
     return found
 
 
+@functools.cache
+def read_module(text: str, where: str) -> tuple:
+    """A module's functions, and its blocks with their names inlined, each with {id: tokens} of its subtrees
+    (read once per run: every notebook's references are searched for in the same wheel)."""
+    tree = ast.parse(text, filename=where)
+    blocks = []
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                block, memo = inlined(block), {}
+                for statement in block:
+                    _tokens(statement, memo)
+                blocks.append((block, memo))
+    return functions(tree, where), blocks
+
+
+def work_sites(blocks: list, where: str, wanted: set) -> dict:
+    """{key: 'file:line'} of every expression and every run of fewer than MIN_STATEMENTS statements of
+    `blocks` whose tokens are in `wanted` (the rest cannot match)."""
+    sites = {}
+    for block, memo in blocks:
+        for i, statement in enumerate(block):
+            for run in (block[i:i + n] for n in range(1, MIN_STATEMENTS) if i + n <= len(block)):
+                if ("Module", *itertools.chain.from_iterable(memo[id(s)] for s in run)) in wanted:
+                    sites.setdefault(key(run), f"{where}:{statement.lineno}")
+            for expression in ast.walk(statement):
+                if isinstance(expression, ast.expr) and memo[id(expression)] in wanted:
+                    sites.setdefault(key(expression), f"{where}:{expression.lineno}")
+    return sites
+
+
 # --- the references -----------------------------------------------------------------------------
-
-def _is_answer(decorator) -> bool:
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    return (isinstance(target, ast.Name) and target.id == "answer") or \
-           (isinstance(target, ast.Attribute) and target.attr == "answer")
-
 
 def answer_key_functions(path: pathlib.Path, where: str) -> list:
     """The functions of every `@answer` function or class of an answer key (methods included)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
     found = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
-                and any(_is_answer(d) for d in node.decorator_list):
-            holder = ast.Module(body=[node], type_ignores=[])
-            found += functions(holder, where)
+    for node in course.answers(path):
+        found += functions(ast.Module(body=[node], type_ignores=[]), f"{where} [{node.name}]")
     return found
 
 
@@ -176,7 +274,8 @@ def solution_cell_functions(path: pathlib.Path, where: str) -> list:
 
 
 def references(root=course.ROOT) -> dict:
-    """{notebook: [Function]} from its solution notebook and its answer key, where they exist."""
+    """{notebook: [Function]} from its solution notebook and its answer key, where they exist (those
+    that are not `searched` included, so that a test can see that every cell and key has one that is)."""
     refs = {}
     for folder in sorted(p for p in (root / "solutions").iterdir() if p.is_dir()):
         found = []
@@ -185,7 +284,7 @@ def references(root=course.ROOT) -> dict:
         key = folder / "answer_key.py"
         if key.is_file():
             found += answer_key_functions(key, str(key.relative_to(root)))
-        refs[folder.name] = [f for f in found if f.statements >= MIN_STATEMENTS]
+        refs[folder.name] = found
     return refs
 
 
@@ -201,17 +300,25 @@ def near(a: tuple, b: tuple) -> bool:
 
 def copies(refs: list, tree: pathlib.Path) -> list:
     """'wheel function ~ reference' for every function under `tree` that is a reference written again."""
-    candidates = []
+    wanted = {ref.work.tokens for ref in refs if ref.work is not None}
+    candidates, sites = [], {}
     for path in sorted(tree.rglob("*.py")):
         where = str(path.relative_to(tree))
-        candidates += [f for f in functions(ast.parse(path.read_text(), filename=where), where)
-                       if f.statements >= MIN_STATEMENTS]
+        found_here, blocks = read_module(path.read_text(), where)
+        candidates += found_here
+        sites = work_sites(blocks, where, wanted) | sites  # the first site of each key is kept
     found = []
-    for ref in refs:
+    for ref in [ref for ref in refs if ref.searched]:
+        if ref.work is not None:
+            if ref.work.key in sites:
+                found.append(f"{sites[ref.work.key]} computes what {ref} does (same code, names changed at most)")
+            continue
         for fn in candidates:
+            if fn.is_class != ref.is_class:
+                continue
             if fn.exact == ref.exact:
                 found.append(f"{fn} is {ref} written again (same structure, names changed at most)")
-            elif near(fn.tokens, ref.tokens):
+            elif not ref.is_class and fn.statements >= MIN_STATEMENTS and near(fn.tokens, ref.tokens):
                 found.append(f"{fn} is {ref} nearly written again ({NEAR_RATIO:.0%}+ of its syntax tree the same)")
     return found
 
@@ -277,9 +384,18 @@ REFERENCES = references()
 @pytest.mark.parametrize("notebook", sorted(REFERENCES))
 def test_no_reference_solution_is_in_the_wheel(notebook, unpacked):
     refs = REFERENCES[notebook]
-    assert refs, f"no reference of {notebook} has {MIN_STATEMENTS}+ statements: the scan would prove nothing"
+    assert refs, f"no reference of {notebook} was read: the scan would prove nothing"
     found = copies(refs, unpacked)
     assert found == [], "the learner's wheel holds answers:\n" + "\n".join(found)
+
+
+def test_every_solution_cell_and_every_answer_is_searched_for():
+    """A cell or `@answer` whose every function is too plain to search for (see the module's docstring)
+    would go through the scan unchecked: there is none."""
+    searched = {}
+    for ref in (ref for refs in REFERENCES.values() for ref in refs):
+        searched[ref.where] = searched.get(ref.where, False) or ref.searched
+    assert searched and [where for where, any_searched in searched.items() if not any_searched] == []
 
 
 def wheel_modules(site: pathlib.Path) -> list:
@@ -389,6 +505,84 @@ def reachable_nodes(t):
 '''
 
 
+ALL_REFERENCES = [ref for refs in REFERENCES.values() for ref in refs]
+
+
+def test_a_planted_short_reference_is_found(tmp_path):
+    fake = tmp_path / "fake_wheel"
+    fake.mkdir()
+    source = renamed(a_reference_source("01_chain_rule", "sigmoid_grad"))
+    (fake / "helpers.py").write_text("import torch\n\n\n" + source)
+    found = copies(ALL_REFERENCES, fake)
+    assert len(found) == 1 and found[0].startswith("helpers.py:") and "sigmoid_grad_solution" in found[0] \
+        and "computes what" in found[0], found
+
+
+INLINED_INTO_A_CHECK = {
+    "sigmoid_grad": "def check(student, x):\n    expected = torch.sigmoid(x) * (1 - torch.sigmoid(x))\n"
+                    "    assert torch.allclose(student(x), expected)\n",
+    "vjp_relu": "def check(student, x, g):\n    s = student(x, g)\n    if not torch.equal(s, g * (x > 0)):\n"
+                "        raise AssertionError('differs')\n",
+    "vjp_tanh": "def check(student, y, g):\n    one = 1\n    want = g * (one - y * y)\n    return want\n",
+    "predict": "def check(m, x):\n    assert torch.is_grad_enabled()\n    with torch.inference_mode():\n"
+               "        return m(x)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(INLINED_INTO_A_CHECK))
+def test_a_short_reference_inside_a_check_is_found(name, tmp_path):
+    """Written into a larger function, one expression of it, or split over a name the check gives it."""
+    fake = tmp_path / "fake_wheel"
+    fake.mkdir()
+    (fake / "check.py").write_text("import torch\n\n\n" + INLINED_INTO_A_CHECK[name])
+    found = copies(ALL_REFERENCES, fake)
+    assert len(found) == 1 and f"[{name}_solution]" in found[0], found
+
+
+LEGITIMATE_CHECK = '''
+import torch
+
+
+class Identity(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def compare(cls, model, x, g, *extra):
+    leaf = x.detach().requires_grad_(True)
+    (want,) = torch.autograd.grad(torch.sigmoid(leaf), leaf, g)
+    expected_out, expected_grad = torch.round(x), g.clone()
+    out = cls.apply(leaf, *extra)
+    with torch.no_grad():
+        reference = model(x)
+    return want, reference, torch.relu(x), torch.softmax(x, dim=-1), out.grad_fn.apply(g), expected_out, expected_grad
+'''
+
+
+def test_what_the_checks_legitimately_do_is_not_found(tmp_path):
+    """Comparisons with PyTorch's built-ins and calls of the learner's code are not answers, even where
+    a short answer is one such call (StraightThroughRound.forward is torch.round)."""
+    fake = tmp_path / "fake_wheel"
+    fake.mkdir()
+    (fake / "check.py").write_text(LEGITIMATE_CHECK)
+    assert copies(ALL_REFERENCES, fake) == []
+
+
+def test_a_class_of_plain_methods_is_found_as_a_class(tmp_path):
+    fake = tmp_path / "fake_wheel"
+    fake.mkdir()
+    (fake / "check.py").write_text("import torch\n\n\nclass Rounding(torch.autograd.Function):\n"
+                                   "    @staticmethod\n    def forward(ctx, t):\n        return torch.round(t)\n\n"
+                                   "    @staticmethod\n    def backward(ctx, grad):\n        return grad\n")
+    found = copies(ALL_REFERENCES, fake)
+    assert len(found) == 1 and "check.py:4 Rounding is" in found[0] and "StraightThroughRound" in found[0], found
+
+
 def test_a_graph_walk_that_is_not_the_answer_is_not_found(tmp_path):
     """What a check may do for its own purposes (an unordered reachability set) is not a copy."""
     fake = tmp_path / "fake_wheel"
@@ -403,4 +597,5 @@ def test_answer_key_definitions_are_references(tmp_path):
                    "    def step(self, x):\n        y = x + 1\n        z = y * 2\n        return z\n\n\n"
                    "def helper(x):\n    a = 1\n    b = 2\n    return a + b + x\n")
     found = answer_key_functions(key, "answer_key.py")
-    assert [(f.name, f.statements) for f in found] == [("Engine.step", 3)]
+    assert [(f.where, f.name, f.statements) for f in found] == [("answer_key.py [Engine]", "Engine", 4),
+                                                                ("answer_key.py [Engine]", "Engine.step", 3)]

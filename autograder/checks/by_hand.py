@@ -188,10 +188,16 @@ def _matches(got, expected):
             and torch.allclose(got.double(), expected.double(), **CLOSE))
 
 
-def _fail_with_hint(exercise, err, hint):
-    if not hint:
-        raise err
-    raise GradingError(f"{err}\n  hint: {hint}") from None
+def _expect_close(exercise, got, expected, shown, names, hint):
+    """checks.expect_close, whose message gains `hint()` (the slip that explains the difference) where
+    there is one: the hint is looked for only once the answer is known to be wrong."""
+    try:
+        checks.expect_close(exercise, got, expected, inputs=shown, names=names)
+    except GradingError as err:
+        found = hint()
+        if not found:
+            raise
+        raise GradingError(f"{err}\n  hint: {found}") from None
 
 
 # --- embedding_backward -----------------------------------------------------------------------------
@@ -232,10 +238,8 @@ def check_embedding_backward(exercise, fn, cases):
     for case in cases:
         expected = reference_embedding_backward(*case.values())
         got = guarded(exercise, fn, list(case.values()), case)
-        try:
-            checks.expect_close(exercise, got, expected, inputs=case, names=["the table's gradient"])
-        except GradingError as err:
-            _fail_with_hint(exercise, err, _embedding_hint(got, expected, case["idx"]))
+        _expect_close(exercise, got, expected, case, ["the table's gradient"],
+                      lambda: _embedding_hint(got, expected, case["idx"]))
 
 
 # --- batchnorm_backward -----------------------------------------------------------------------------
@@ -316,10 +320,8 @@ def check_batchnorm_backward(exercise, fn, cases):
     for case in cases:
         expected = reference_batchnorm_backward(*case.values())
         got = guarded(exercise, fn, list(case.values()), case)
-        try:
-            checks.expect_close(exercise, got, expected, inputs=case, names=["dx", "dgamma", "dbeta"])
-        except GradingError as err:
-            _fail_with_hint(exercise, err, _batchnorm_hint(got, expected, case))
+        _expect_close(exercise, got, expected, case, ["dx", "dgamma", "dbeta"],
+                      lambda: _batchnorm_hint(got, expected, case))
 
 
 # --- batchnorm_update_running -----------------------------------------------------------------------
@@ -379,10 +381,8 @@ def check_running(exercise, fn, cases):
     for case in cases:
         expected = reference_running(*case.values())
         got, changed = guarded(exercise, fn, list(case.values()), case, driver=run_keeping_inputs)
-        try:
-            checks.expect_close(exercise, got, expected, inputs=case, names=["new running_mean", "new running_var"])
-        except GradingError as err:
-            _fail_with_hint(exercise, err, _running_hint(got, expected, case))
+        _expect_close(exercise, got, expected, case, ["new running_mean", "new running_var"],
+                      lambda: _running_hint(got, expected, case))
         if changed:
             checks.fail(exercise, f"changed its argument {list(case)[changed[0]]} in place: return new tensors and "
                                   "leave the arguments as they were (nn.BatchNorm1d updates its own buffers; this "
@@ -472,14 +472,10 @@ def check_manual_backward(exercise, fn, cases):
             checks.fail(exercise, f"no gradient for {', '.join(missing)}: return one per parameter, "
                                   f"with the keys {list(PARAM_NAMES)}", shown)
         for k, name in enumerate(BACKWARD_ORDER):
-            try:
-                checks.expect_close(exercise, got[name], expected[name], inputs=shown,
-                                    names=[f"the gradient of {name}"])
-            except GradingError as err:
-                before = (f"the gradients reached before it in backward ({', '.join(BACKWARD_ORDER[:k])}) are right, "
-                          "so the slip lies between them and this one" if k else "")
-                hint = "; ".join(h for h in (_model_hint(name, got[name], case), before) if h)
-                _fail_with_hint(exercise, err, hint)
+            before = (f"the gradients reached before it in backward ({', '.join(BACKWARD_ORDER[:k])}) are right, "
+                      "so the slip lies between them and this one" if k else "")
+            _expect_close(exercise, got[name], expected[name], shown, [f"the gradient of {name}"],
+                          lambda: "; ".join(h for h in (_model_hint(name, got[name], case), before) if h))
 
 
 # --- train_by_hand ------------------------------------------------------------------------------------

@@ -127,7 +127,7 @@ def reference_hvp(f, x, v):
     return (hessian.reshape(x.numel(), x.numel()) @ v.reshape(-1)).reshape(x.shape)
 
 
-def _hvp_run(student, f, x, v):
+def run_hvp(student, f, x, v):
     """Driver: the learner's hvp under grad mode, with how many passes ran through the gradient's graph."""
     f.counter.clear()
     with torch.enable_grad():
@@ -152,7 +152,7 @@ def check_hvp(exercise, student, cases, *, forbid=FORBID_HVP):
         shown = {"f": case["f"], "x": case["x"], "v": case["v"]}
         expected = reference_hvp(case["f"], case["x"], case["v"])
         try:
-            got, _ = checks.call_student(exercise, _hvp_run, student, case["f"], case["x"], case["v"],
+            got, _ = checks.call_student(exercise, run_hvp, student, case["f"], case["x"], case["v"],
                                          names=["hvp", "f", "x", "v"], forbid=forbid)
         except GradingError as err:
             raise GradingError(f"{err}{_hvp_hint(case['f'].kind, str(err))}") from None
@@ -167,7 +167,7 @@ def check_hvp_double_backward(exercise, student, *, shape, seed, forbid=FORBID_H
     case = hvp_case("counted", shape, seed=seed, device=device)
     shown = {"f": case["f"], "x": case["x"], "v": case["v"]}
     expected = reference_hvp(case["f"], case["x"], case["v"])
-    got, passes = checks.call_student(exercise, _hvp_run, student, case["f"], case["x"], case["v"],
+    got, passes = checks.call_student(exercise, run_hvp, student, case["f"], case["x"], case["v"],
                                       names=["hvp", "f", "x", "v"], forbid=forbid)
     if passes == 0:
         fail(exercise, "no backward pass went through the graph of the gradient: H v was not computed by double "

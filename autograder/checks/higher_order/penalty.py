@@ -65,7 +65,7 @@ class PenaltyRun:
     grads_during_call: tuple = ()
 
 
-def _penalty_run(student, critic_, real, fake, alpha):
+def run_penalty(student, critic_, real, fake, alpha):
     """Driver: the learner's penalty, then backward() from it, which fills the critic's .grad."""
     critic_.zero_grad(set_to_none=True)
     with torch.enable_grad():
@@ -80,7 +80,7 @@ def _penalty_run(student, critic_, real, fake, alpha):
 
 
 def _student_penalty(exercise, student, critic_, real, fake, alpha, shown):
-    run = checks.call_student(exercise, _penalty_run, student, critic_, real, fake, alpha,
+    run = checks.call_student(exercise, run_penalty, student, critic_, real, fake, alpha,
                               names=["gradient_penalty", "critic", "real", "fake", "alpha"])
     if not isinstance(run, PenaltyRun):
         fail(exercise, f"no readable answer came back from your notebook: {checks.describe(run)}", shown)

@@ -69,7 +69,7 @@ def loop_of_single_example_grads(model, loss_fn, x, y):
     return {name: torch.stack([row[j] for row in rows]) for j, (name, _) in enumerate(named)}
 
 
-def _per_sample_run(student, model, loss_fn, x, y):
+def run_per_sample(student, model, loss_fn, x, y):
     """Driver: the learner's per-example gradients and how often the model ran."""
     model.calls = 0
     with torch.enable_grad():
@@ -89,7 +89,7 @@ def check_per_sample_grads(exercise, student, kind, *, batch, loss, seed, dtype=
     expected = loop_of_single_example_grads(copy.deepcopy(model), LOSSES[loss], x, y)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     try:
-        got, calls = checks.call_student(exercise, _per_sample_run, student, model, LOSSES[loss], x, y,
+        got, calls = checks.call_student(exercise, run_per_sample, student, model, LOSSES[loss], x, y,
                                          names=["per_sample_grads", "model", "loss_fn", "x", "y"])
     except GradingError as err:
         shapes = any(words in str(err) for words in ("shape", "size of tensor", "Expected", "dimension"))

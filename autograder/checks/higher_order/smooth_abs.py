@@ -12,6 +12,7 @@ import torch
 
 from autograder import checks
 from autograder.checks.compare import fail
+from autograder.checks.function_class import check_function_class
 from autograder.checks.higher_order.common import LOOSE, close, is_tensor
 from autograder.learner import inputs
 from autograder.learner.device import get_device
@@ -44,7 +45,7 @@ class FirstOrderRun:
     grads: object = None
 
 
-def _first_order_run(cls, x, eps, g):
+def run_first_order(cls, x, eps, g):
     """Driver: apply() on a leaf copy of x, then the node's backward called directly, under no_grad
     (the learner's call runs with autograd refused: a backward that asks autograd fails)."""
     leaf = x.detach().clone().requires_grad_(True)
@@ -57,18 +58,6 @@ def _first_order_run(cls, x, eps, g):
         return FirstOrderRun(out.detach(), True, node.apply(g))
 
 
-def _function_class_facts(cls):
-    return bool(isinstance(cls, type) and issubclass(cls, torch.autograd.Function)), checks.describe(cls)
-
-
-def _check_function_class(exercise, cls):
-    facts = checks.call_student(exercise, _function_class_facts, cls, names=["the class"])
-    is_function, text = facts if isinstance(facts, tuple) and len(facts) == 2 else (False, checks.describe(facts))
-    if is_function is not True:
-        fail(exercise, f"should be a subclass of torch.autograd.Function (static forward and backward, used "
-              f"through .apply), got {text}")
-
-
 def _expected_smooth_abs(x, eps):
     eps = 1e-3 if eps is None else eps
     root = torch.sqrt(x * x + eps * eps)
@@ -78,11 +67,11 @@ def _expected_smooth_abs(x, eps):
 def check_smooth_abs(exercise, cls, cases):
     """Forward equals sqrt(x^2 + eps^2) (eps 1e-3 when omitted); backward, called directly with
     autograd refused, returns (grad_out x / sqrt(x^2 + eps^2), None)."""
-    _check_function_class(exercise, cls)
+    check_function_class(exercise, cls)
     for case in cases:
         x, eps, g = case["x"], case["eps"], case["g"]
         shown = {"x": x, "eps": "omitted (default 1e-3)" if eps is None else eps, "grad_out": g}
-        run = checks.call_student(exercise, _first_order_run, cls, x, eps, g, names=["SmoothAbs", "x", "eps", "g"],
+        run = checks.call_student(exercise, run_first_order, cls, x, eps, g, names=["SmoothAbs", "x", "eps", "g"],
                                   no_autograd=True)
         if not isinstance(run, FirstOrderRun) or not is_tensor(run.out):
             fail(exercise, f"forward should return a tensor, got {checks.describe(getattr(run, 'out', run))}", shown)
@@ -125,7 +114,7 @@ def _gradcheck_verdict(cls, x, eps):
     return None
 
 
-def _second_order_run(cls, x, eps, g, gg, gradchecks):
+def run_second_order(cls, x, eps, g, gg, gradchecks):
     """Driver: d/dx of (SmoothAbs.apply(x) . g) with create_graph=True, then its derivative along gg;
     then gradcheck and gradgradcheck (float64 inputs only)."""
     leaf = x.detach().clone().requires_grad_(True)
@@ -160,12 +149,12 @@ def check_smooth_abs_double_backward(exercise, cls, cases):
     """The gradient from SmoothAbs's backward can itself be differentiated: the second derivative
     along gg equals g gg eps^2 / (x^2 + eps^2)^(3/2), and gradcheck and gradgradcheck pass
     (float64). Each failure names the rule of differentiable backwards that was broken."""
-    _check_function_class(exercise, cls)
+    check_function_class(exercise, cls)
     for case in cases:
         x, eps, g, gg = case["x"], case["eps"], case["g"], case["gg"]
         shown = {"x": x, "eps": "omitted (default 1e-3)" if eps is None else eps, "grad_out": g,
                  "direction of the second derivative": gg}
-        run = checks.call_student(exercise, _second_order_run, cls, x, eps, g, gg, x.dtype == torch.float64,
+        run = checks.call_student(exercise, run_second_order, cls, x, eps, g, gg, x.dtype == torch.float64,
                                   names=["SmoothAbs", "x", "eps", "g", "gg", "gradchecks"])
         if not isinstance(run, SecondOrderRun):
             fail(exercise, f"no readable answer came back from your notebook: {checks.describe(run)}", shown)

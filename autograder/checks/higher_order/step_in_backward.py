@@ -59,7 +59,7 @@ def _loss(model, x):
     return (model(x) - 0.5).pow(2).mean()
 
 
-def _step_run(student, model, lr, x):
+def run_step_in_backward(student, model, lr, x):
     """Driver: attach, one forward and backward, then remove the handles and run another."""
     handles = student(model, lr)
     run = StepRun()
@@ -102,7 +102,7 @@ def check_step_in_backward(exercise, student, kind, *, lr, seed, dtype=torch.flo
     twin.zero_grad(set_to_none=True)
     _loss(twin, x).backward()
     try:
-        run = checks.call_student(exercise, _step_run, student, model, lr, x,
+        run = checks.call_student(exercise, run_step_in_backward, student, model, lr, x,
                                   names=["attach_step_in_backward", "model", "lr", "x"])
     except GradingError as err:
         late = "NoneType" in str(err)

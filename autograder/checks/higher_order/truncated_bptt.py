@@ -62,7 +62,7 @@ def sequence(kind, steps, *, seed, batch=2, n_in=3, hidden=4, dtype=torch.float6
 TBPTT_LOSSES = {"mse": F.mse_loss, "classes": F.cross_entropy, "squared_error": squared_error}
 
 
-def _tbptt_run(student, cell, xs, targets, h0, k, loss_fn):
+def run_tbptt(student, cell, xs, targets, h0, k, loss_fn):
     """Driver: the learner's truncated BPTT; its gradients stay in the cell's (and h0's) .grad."""
     with torch.enable_grad():
         return student(cell, xs, targets, h0, k, loss_fn)
@@ -79,7 +79,7 @@ def _student_tbptt(exercise, student, cell, xs, targets, h0, k, loss_fn, shown):
     # a closure, not arguments: call_student hands arguments over as detached copies, and h0 must stay
     # the leaf it is (with requires_grad) for its gradient to come back
     try:
-        total = checks.call_student(exercise, lambda: _tbptt_run(student, cell, xs, targets, h0, k, loss_fn))
+        total = checks.call_student(exercise, lambda: run_tbptt(student, cell, xs, targets, h0, k, loss_fn))
     except GradingError as err:
         raise GradingError(f"{err}\n  on input:\n{checks.describe_inputs(shown)}{_hint_for_error(str(err))}") from None
     if not isinstance(total, numbers.Real) or isinstance(total, bool):
@@ -200,7 +200,7 @@ def check_tbptt(exercise, student, reference, cell_kind, *, steps, k, loss, seed
 def saved_counts_of_tbptt(student, cell, xs, targets, h0, k, loss_fn):
     """Driver: the learner's truncated BPTT inside a saved-tensor ledger; what it counted, as numbers."""
     with SavedTensorLedger() as ledger:
-        _tbptt_run(student, cell, xs, targets, h0, k, loss_fn)
+        run_tbptt(student, cell, xs, targets, h0, k, loss_fn)
     return SavedCounts.of(ledger)
 
 

@@ -169,7 +169,7 @@ def run_two_passes(exercise, Value, leaf_values, passes, what):
     return learner_step(exercise, both, what=what)
 
 
-def run_deep_chain(exercise, Value, steps, ladder, c, d, e, n_nodes, shape, time_limit):
+def run_deep_chain_data_and_grads(exercise, Value, steps, ladder, c, d, e, n_nodes, shape, time_limit):
     """Driver: build the chain (see check_deep_chain) and run backward() from its end, each within
     `time_limit` seconds; [last node's data, its grad, the middle node's grad, the first's grad].
     The graph stays in the kernel: only these four numbers come back."""

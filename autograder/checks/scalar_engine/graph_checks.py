@@ -174,8 +174,8 @@ def check_deep_chain(exercise, Value, *, n_nodes=100_000, ladder=False, time_lim
     steps = n_nodes // (3 if ladder else 2)
     factor = c + e
     shape = f"v = v * {c} + v * {e}" if ladder else f"v = v * {c} + {d}"
-    answer = drivers.drive(exercise, drivers.run_deep_chain, exercise, Value, steps, ladder, c, d, e, n_nodes, shape,
-                           time_limit)
+    answer = drivers.drive(exercise, drivers.run_deep_chain_data_and_grads, exercise, Value, steps, ladder, c, d, e,
+                           n_nodes, shape, time_limit)
     last, root_grad, middle_grad, first_grad = [float_or_none(g) for g in
                                                 drivers.sized(exercise, answer, 4, "the chain's data and grads")]
     value = 0.5 * factor ** steps if ladder else 1 - 0.5 * c ** steps

@@ -16,6 +16,7 @@ happens in the caller, in the grader's process. References are computed before a
 tensors that do not travel (tensors that do may come back changed). No module here holds an answer:
 the references are autograd and PyTorch operations that the exercises refuse inside the learner's call.
 """
+from autograder.checks.function_class import check_function_class
 from autograder.checks.vjps.cases import (
     LAYOUTS,
     Case,
@@ -39,7 +40,6 @@ from autograder.checks.vjps.cases import (
 from autograder.checks.vjps.functions import (
     FunctionCase,
     FunctionRun,
-    check_function_class,
     check_gradchecks,
     check_logsumexp,
     check_straight_through,

@@ -12,6 +12,7 @@ import functools
 import torch
 
 from autograder import checks
+from autograder.checks.function_class import check_function_class
 from autograder.checks.vjps.cases import (
     autograd_grads,
     describe_layout,
@@ -28,22 +29,10 @@ from autograder.learner.device import get_device
 
 # --- custom autograd Functions --------------------------------------------------------------------
 # Everything that touches the learner's class runs in a driver, where the learner's code runs (in
-# trusted grading, the kernel): the type check, apply(), the direct call of the backward node, the
-# engine's gradient and gradcheck. Drivers return data (tensors, names, verdicts); every comparison
-# with PyTorch's reference happens here, in the caller, where the learner's code cannot reach.
-def run_class_facts(cls):
-    """Driver: (whether `cls` is a subclass of torch.autograd.Function, a description of it)."""
-    return bool(isinstance(cls, type) and issubclass(cls, torch.autograd.Function)), checks.describe(cls)
-
-
-def check_function_class(exercise, cls):
-    facts = checks.call_student(exercise, run_class_facts, cls, names=["the class"])
-    is_function, text = facts if isinstance(facts, tuple) and len(facts) == 2 else (False, checks.describe(facts))
-    if is_function is not True:
-        checks.fail(exercise, f"should be a subclass of torch.autograd.Function (with static forward and "
-              f"backward methods, called through .apply), got {text}")
-
-
+# trusted grading, the kernel): the type check (`autograder.checks.function_class`), apply(), the
+# direct call of the backward node, the engine's gradient and gradcheck. Drivers return data (tensors,
+# names, verdicts); every comparison with PyTorch's reference happens here, in the caller, where the
+# learner's code cannot reach.
 def _unpack_backward(exercise, result, n_inputs, shown):
     """The gradient for the first input, from what a backward returned; the rest must be None."""
     if isinstance(result, torch.Tensor) and n_inputs == 1:

@@ -230,13 +230,13 @@ def check_engine_deep(exercise, Tensor, steps=3000, ladder=False, dtype=torch.fl
     step = "t = t * 0.5 + t * 0.4999" if ladder else "t = t * 0.999 + 0.001"
     shown = {"graph": f"{step}, {steps} times, then .sum()"}
 
-    first = _call_engine(exercise, functools.partial(run_deep_chain, Tensor, start, steps, ladder), shown)
+    first = _call_engine(exercise, functools.partial(run_deep_chain_first_node, Tensor, start, steps, ladder), shown)
     expected = torch.full_like(start, (0.9999 if ladder else 0.999) ** steps)
     checks.expect_close(exercise, _engine_grad(exercise, first, "t_0", shown), expected, inputs=shown,
                         names=["t_0.grad"], rtol=1e-9, atol=tolerances(dtype)[1])
 
 
-def run_deep_chain(Tensor, start, steps, ladder):
+def run_deep_chain_first_node(Tensor, start, steps, ladder):
     """Driver: the learner's chain of `steps` steps from a Tensor of `start` (see check_engine_deep),
     .sum() and backward(); the EngineNode of the first Tensor."""
     first = Tensor(private_copy(start))
