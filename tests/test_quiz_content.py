@@ -5,10 +5,10 @@ Verification: a question with a ``code`` snippet is run as a notebook cell would
 ``F``, ``nn`` and ``math`` imported, as in every notebook), and its result is what the cell shows:
 the value of a last bare expression, else the last line it prints, else the name of the exception it
 raises. A numeric or short question without a snippet has a function below (``VERIFIERS``) that
-computes its answer from scratch. Quiz files of notebooks this file does not know (07, 08 are written
-elsewhere) are checked where they have snippets; a question without one is reported as skipped.
+computes its answer from scratch; a question with neither fails, whichever notebook it belongs to.
 """
 import ast
+import collections
 import contextlib
 import io
 import math
@@ -26,7 +26,6 @@ NOTEBOOKS = quiz_schema.course_notebooks()
 QUESTIONS = [q for name in NOTEBOOKS for q in quiz_schema.all_questions(name)]
 CHOICE = [q for q in QUESTIONS if q.kind == "choice"]
 TYPED = [q for q in QUESTIONS if q.kind in ("numeric", "short")]
-OWN = ("01_chain_rule", "02_micrograd", "03_vjp", "04_toggles", "05_loss_scaling", "06_checkpointing")
 
 
 # --- recall first -------------------------------------------------------------------------------------------
@@ -42,28 +41,40 @@ def test_at_least_half_of_each_notebooks_questions_are_produced(notebook):
 # If an author placed the right option without regard to position, question q (with k_q options) has it at
 # position p with probability 1/k_q, independently of the other questions; the count at position p is then
 # a sum of independent Bernoulli(1/k_q) draws (a Poisson-binomial law, a binomial one when all k_q are
-# equal). Likewise, if the right option's length were unrelated to its being right, it would be the
-# single longest option with probability at most 1/k_q. The tests below compute that law exactly and fail
-# when a count lies in its upper tail beyond ALPHA, split over the positions tested (Bonferroni), so that
-# a file written without regard to position fails them with probability at most ALPHA, while the old
-# files (the right option first in 59 of 59 questions, the longest in 36) fail them by far.
+# equal). The position test below computes that law exactly and fails when a count lies in its upper
+# tail beyond ALPHA, split over the positions tested (Bonferroni), so that a file written without regard
+# to position fails it with probability at most ALPHA, while the old files (the right option first in 59
+# of 59 questions) fail it by far. Length is tested the same way, further down.
 ALPHA = 0.01
 
 
-def upper_tail(probabilities, count) -> float:
-    """P(S >= count) for S a sum of independent Bernoulli(p) draws, one per p (exact, by convolution)."""
+def poisson_binomial(probabilities) -> list:
+    """law[s] = P(S = s) for S a sum of independent Bernoulli(p) draws, one per p (exact, by convolution)."""
     law = [1.0]
     for p in probabilities:
         law = [(law[s] if s < len(law) else 0.0) * (1 - p) + (law[s - 1] * p if s >= 1 else 0.0)
                for s in range(len(law) + 1)]
-    return sum(law[count:])
+    return law
 
 
-def test_the_tail_bound_is_right_on_known_cases():
+def upper_tail(probabilities, count) -> float:
+    """P(S >= count) for S a sum of independent Bernoulli(p) draws, one per p."""
+    return sum(poisson_binomial(probabilities)[max(count, 0):])
+
+
+def lower_tail(probabilities, count) -> float:
+    """P(S <= count) for S a sum of independent Bernoulli(p) draws, one per p."""
+    return sum(poisson_binomial(probabilities)[:max(count + 1, 0)])
+
+
+def test_the_tail_bounds_are_right_on_known_cases():
     assert upper_tail([0.5] * 4, 4) == pytest.approx(1 / 16)
     assert upper_tail([0.25] * 10, 0) == pytest.approx(1.0)
     assert upper_tail([0.25] * 59, 59) < 1e-30  # the old files: the right option first, every time
     assert upper_tail([0.25] * 59, 36) < 1e-8  # and the longest in 36 of 59
+    assert lower_tail([0.25] * 20, 0) == pytest.approx(0.75 ** 20)
+    assert lower_tail([0.5] * 3, 1) == pytest.approx(4 / 8) and lower_tail([0.5] * 3, -1) == 0.0
+    assert upper_tail([0.3] * 7, 3) + lower_tail([0.3] * 7, 2) == pytest.approx(1.0)
 
 
 def position_counts(questions):
@@ -82,16 +93,6 @@ def test_the_right_option_sits_in_every_position_as_often_as_chance_allows():
             f"(P = {tail:.2g} if positions were random): move some elsewhere. Counts by position: {counts}")
 
 
-def test_the_right_option_is_not_the_longest_more_often_than_chance_allows():
-    longest = [q for q in CHOICE
-               if sorted(len(c.text) for c in q.choices)[-1] == len(q.right_choice.text)
-               and sum(len(c.text) == len(q.right_choice.text) for c in q.choices) == 1]
-    tail = upper_tail([1 / len(q.choices) for q in CHOICE], len(longest))
-    assert tail > ALPHA, (
-        f"the right option is the single longest in {len(longest)} of {len(CHOICE)} choice questions "
-        f"(P = {tail:.2g} by chance): {[q.id for q in longest]}")
-
-
 def test_the_position_test_catches_the_old_pattern():
     """The test above is able to fail: the same questions with the right option moved to the front."""
     front = [quiz_schema.Question(q.notebook, q.section, q.id, q.kind, q.prompt,
@@ -99,6 +100,123 @@ def test_the_position_test_catches_the_old_pattern():
              for q in CHOICE]
     counts, chances = position_counts(front)
     assert upper_tail(chances[0], counts[0]) < ALPHA / len(counts)
+
+
+# --- nor by length --------------------------------------------------------------------------------------------
+# Rank each question's options by length, longest first: the right option has a length rank. A learner who
+# always picks "the r-th longest" wins the questions where the right option has rank r. If lengths were
+# written without regard to which option is right, each question's right option would have each of its k_q
+# ranks with probability 1/k_q, so the count at rank r follows the same Poisson-binomial law as a position.
+# Options of equal length share their ranks: a learner picking "the r-th longest" guesses among them, so a
+# right option tied with t - 1 others counts 1/t at each of the t ranks (the count can be fractional; it is
+# compared with the law rounded against the file: up for the upper tail, down for the lower one).
+# Three ways to fail, each tested:
+# - too often: a rank's count in the upper tail (the old files: second longest in 11.5 of 20);
+# - too rarely: a rank's count in the lower tail (never the longest in 20: avoiding it beats chance too);
+# - the best single-rank strategy: the largest count, against the law of the largest count over ranks.
+# The file is fixed, not drawn again at every run, so a false alarm costs one rewrite while a miss teaches
+# every learner a pattern: these tests use LENGTH_ALPHA = 0.05, split over 2 tails x the ranks (Bonferroni)
+# for the first two.
+LENGTH_ALPHA = 0.05
+
+
+def length_rank_shares(lengths, right) -> dict:
+    """{rank: share} of the option at index `right`, ranks by length, longest first (1), ties shared."""
+    longer = sum(n > lengths[right] for n in lengths)
+    tied = sum(n == lengths[right] for n in lengths)
+    return {longer + 1 + i: 1 / tied for i in range(tied)}
+
+
+def best_rank_tail(option_counts, score) -> float:
+    """P(the best "always pick the r-th longest" strategy wins >= score questions) if every question's
+    right option had each of its k length ranks with probability 1/k (exact: the joint law of the counts
+    per rank, by dynamic programming; a state leaves the table once one count reaches `score`)."""
+    if score <= 0:
+        return 1.0
+    ranks = max(option_counts)
+    states = {(0,) * ranks: 1.0}
+    for k in option_counts:
+        grown = collections.defaultdict(float)
+        for counts, p in states.items():
+            for r in range(k):
+                if counts[r] + 1 < score:
+                    grown[counts[:r] + (counts[r] + 1,) + counts[r + 1:]] += p / k
+        states = grown
+    return 1.0 - sum(states.values())
+
+
+def length_rank_failures(questions, alpha=LENGTH_ALPHA) -> list:
+    """What is wrong with the spread of the right option's length rank over `questions`, a list of
+    (option lengths, index of the right option, name): one sentence per failed test, [] when none."""
+    ranks = max(len(lengths) for lengths, _, _ in questions)
+    counts = [0.0] * ranks
+    for lengths, right, _ in questions:
+        for rank, share in length_rank_shares(lengths, right).items():
+            counts[rank - 1] += share
+    failures, per_test = [], alpha / (2 * ranks)
+    for r, count in enumerate(counts):
+        chances = [1 / len(lengths) for lengths, _, _ in questions if len(lengths) > r]
+        often = upper_tail(chances, math.ceil(count - 1e-9))
+        rarely = lower_tail(chances, math.floor(count + 1e-9))
+        where = f"the right option is the {ordinal(r)} longest in {count:g} of {len(chances)} choice questions"
+        if often <= per_test:
+            failures.append(f"{where}: too often (P = {often:.2g} by chance)")
+        if rarely <= per_test:
+            failures.append(f"{where}: too rarely (P = {rarely:.2g} by chance)")
+    best = max(counts)
+    tail = best_rank_tail([len(lengths) for lengths, _, _ in questions], math.ceil(best - 1e-9))
+    if tail <= alpha:
+        failures.append(f"always picking the {ordinal(counts.index(best))} longest option wins {best:g} of "
+                        f"{len(questions)} questions (P = {tail:.2g} that the best such rule does so by chance)")
+    return failures
+
+
+def ordinal(rank0) -> str:
+    """The word for a 0-based length rank: "single" (longest), "second", "third", ..."""
+    words = ("single", "second", "third", "fourth", "fifth", "sixth")
+    return words[rank0] if rank0 < len(words) else f"{rank0 + 1}th"
+
+# The 20 choice questions as the audit of issue 16 found them: (option lengths, index of the right option).
+# The right option was never the single longest and the second longest in 11.5 (13 of 20 with ties).
+AUDITED = [([62, 56, 54, 54], 2), ([58, 68, 52, 47], 3), ([51, 75, 83, 68], 1), ([11, 9, 5, 21], 0),
+           ([43, 56, 53, 53], 3), ([24, 24, 22, 27], 1), ([77, 69, 83, 77], 0), ([35, 69, 64, 49], 2),
+           ([98, 77, 70, 90], 3), ([65, 59, 78, 57], 0), ([77, 72, 79, 81], 2), ([68, 63, 52, 62], 1),
+           ([79, 55, 70, 48], 3), ([90, 79, 74, 92], 0), ([82, 79, 70, 74], 2), ([39, 32, 32, 39], 1),
+           ([63, 47, 30, 62], 2), ([71, 78, 86, 73], 1), ([96, 50, 62, 70], 3), ([65, 71, 34, 77], 2)]
+
+
+def choice_lengths(questions):
+    return [([len(c.text) for c in q.choices], [c.correct for c in q.choices].index(True), f"{q.notebook}/{q.id}")
+            for q in questions]
+
+
+def test_the_right_options_length_rank_is_spread_as_chance_allows():
+    """No rank too often, none too rarely, and no single "pick the r-th longest" rule that beats chance."""
+    questions = choice_lengths(CHOICE)
+    failures = length_rank_failures(questions)
+    ranks = {name: sorted(length_rank_shares(lengths, right)) for lengths, right, name in questions}
+    assert not failures, "\n".join(failures) + f"\nlength ranks of the right options (1 = longest): {ranks}"
+
+
+def test_the_length_test_catches_the_audited_pattern_and_passes_an_even_one():
+    audited = [(lengths, right, f"audited {i}") for i, (lengths, right) in enumerate(AUDITED)]
+    failures = length_rank_failures(audited)
+    assert any("second longest" in f and "too often" in f for f in failures), failures
+    assert any("single longest" in f and "too rarely" in f for f in failures), failures
+    assert any("always picking the second longest" in f for f in failures), failures
+    # never the longest, otherwise even (7, 7, 6): only the lower tail sees it
+    never_longest = [([40, 30, 20, 10], 1 + i % 3, f"never {i}") for i in range(20)]
+    assert [f for f in length_rank_failures(never_longest) if "too rarely" in f], never_longest
+    # one rank in 11 of 20, the others even: too often, and the best single rule wins too many
+    one_rank = [([40, 30, 20, 10], 2 if i < 11 else i % 3 + (i % 3 >= 2), f"one {i}") for i in range(20)]
+    assert any("third longest" in f and "too often" in f for f in length_rank_failures(one_rank))
+    # five at each rank: nothing to find
+    even = [([40, 30, 20, 10], i % 4, f"even {i}") for i in range(20)]
+    assert length_rank_failures(even) == []
+    # the exact law of the best rank agrees with the binomial where it must
+    assert best_rank_tail([4] * 20, 21) == 0.0 and best_rank_tail([4] * 20, 0) == 1.0
+    assert best_rank_tail([2] * 3, 3) == pytest.approx(2 / 8)  # all three at rank 1, or all at rank 2
+    assert best_rank_tail([4] * 20, 13) == pytest.approx(4 * upper_tail([0.25] * 20, 13), rel=1e-3)
 
 
 # --- every numeric and short answer is what PyTorch computes ------------------------------------------------
@@ -153,9 +271,7 @@ def verifier(question):
 @pytest.mark.parametrize("question", TYPED, ids=[f"{q.notebook}/{q.id}" for q in TYPED])
 def test_every_numeric_and_short_answer_is_what_the_code_computes(question):
     compute = verifier(question)
-    if compute is None:
-        assert question.notebook not in OWN, f"{question.notebook}/{question.id}: no snippet and no verifier"
-        pytest.skip(f"{question.notebook}/{question.id} has no code snippet: verified where its notebook says")
+    assert compute is not None, f"{question.notebook}/{question.id}: no snippet and no verifier (VERIFIERS below)"
     right, shown = judge(question, compute())
     expected = quiz_answers.show_number(question.answer) if question.kind == "numeric" else question.accept
     assert right, f"{question.notebook}/{question.id}: the code gives {shown!r}, the quiz accepts {expected!r}"
@@ -581,7 +697,107 @@ def batchnorm_in_checkpoint():
     return int(bn.num_batches_tracked)
 
 
+def first_loss_of_a_near_uniform_classifier():
+    """The mean cross-entropy of 23 nearly equal logits on a batch: ln 23, measured."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(23, 16), nn.Flatten(), nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 23))
+    with torch.no_grad():
+        model[-1].weight.mul_(1e-3)  # a last layer so small that the logits are nearly equal
+        model[-1].bias.zero_()
+    tokens = torch.randint(0, 23, (256, 2), generator=torch.Generator().manual_seed(1))
+    return F.cross_entropy(model(tokens), tokens.sum(1) % 23)
+
+
+def linear_then_batchnorm(seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(16, 5, generator=gen, dtype=torch.float64)
+    W1 = torch.randn(5, 7, generator=gen, dtype=torch.float64, requires_grad=True)
+    b1 = torch.randn(7, generator=gen, dtype=torch.float64, requires_grad=True)
+    W2 = torch.randn(7, 3, generator=gen, dtype=torch.float64)
+    h = x @ W1 + b1
+    out = torch.tanh(F.batch_norm(h, None, None, training=True)) @ W2
+    return h, b1, out.pow(2).sum() + out.sin().sum()  # any loss after the BatchNorm
+
+
+def bias_before_batchnorm_gradient():
+    """dL/db1 for a linear layer followed by training-mode BatchNorm: zero up to round-off."""
+    _, b1, loss = linear_then_batchnorm(seed=2)
+    return torch.autograd.grad(loss, b1)[0].abs().max()
+
+
+def batchnorm_dx_column_sums():
+    """The column sums over the batch of dL/dh, h BatchNorm's input: zero up to round-off."""
+    h, _, loss = linear_then_batchnorm(seed=3)
+    return torch.autograd.grad(loss, h)[0].sum(0).abs().max()
+
+
+def matmul_weight_gradient():
+    """dL/dW for Y = X @ W, against autograd; every accepted spelling that is Python is run too."""
+    gen = torch.Generator().manual_seed(4)
+    X, dY = torch.randn(5, 3, generator=gen, dtype=torch.float64), torch.randn(5, 4, generator=gen, dtype=torch.float64)
+    W = torch.randn(3, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    (X @ W).backward(dY)
+    accepted = quiz_schema.find_question("07_by_hand", "matmul-weight-gradient").accept
+    for text in accepted:
+        if "^" not in text:  # the maths spellings (X^T dY) are not Python
+            torch.testing.assert_close(eval(text, {"X": X, "dY": dY, "torch": torch}), W.grad)
+    answer = "X.T @ dY"
+    torch.testing.assert_close(eval(answer, {"X": X, "dY": dY}), W.grad)
+    return answer
+
+
+def running_mean_after_one_batch():
+    norm = nn.BatchNorm1d(1)  # default momentum, running_mean starts at 0
+    norm(torch.tensor([[4.0], [6.0]]))  # a batch whose mean is 5
+    return norm.running_mean
+
+
+def biased_running_variance_width():
+    """How much wider normalised values come out when the running variance averages biased variances of
+    batches of 4: measured on 200,000 batches of a unit-variance population."""
+    batches = torch.randn(200_000, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    return (1 / batches.var(1, unbiased=False).mean()).sqrt()
+
+
+def unbiased_divisor_for_sequences():
+    """The divisor nn.BatchNorm1d(16) uses for its running variance on an (8, 16, 10) input."""
+    x = torch.randn(8, 16, 10, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    norm = nn.BatchNorm1d(16, momentum=1.0).double()  # momentum 1: the running variance is the batch's
+    norm(x)
+    squares = ((x - x.mean((0, 2), keepdim=True)) ** 2).sum((0, 2))
+    divisors = squares / norm.running_var
+    assert torch.allclose(divisors, divisors.round(), atol=1e-6)
+    return divisors[0].round()
+
+
+def normalised_batch_of_one():
+    x = torch.randn(1, 6, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    xhat = (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + 1e-5)
+    assert torch.equal(xhat, torch.zeros_like(xhat))
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        F.batch_norm(x, None, None, training=True)  # and PyTorch refuses it in training mode
+    return f"{xhat.abs().max().item():g}"
+
+
+def flag_that_records_backward():
+    x = torch.tensor(1.5, requires_grad=True)
+    plain = torch.autograd.grad(x ** 3, x)[0]
+    recorded = torch.autograd.grad(x ** 3, x, create_graph=True)[0]
+    assert plain.grad_fn is None and recorded.grad_fn is not None
+    assert torch.autograd.grad(recorded, x)[0].item() == pytest.approx(6 * 1.5)  # differentiated again
+    return "create_graph=True"
+
+
 VERIFIERS = {
+    ("08_higher_order", "create-graph-flag"): flag_that_records_backward,
+    ("07_by_hand", "first-loss-is-log-vocab"): first_loss_of_a_near_uniform_classifier,
+    ("07_by_hand", "bias-before-batchnorm"): bias_before_batchnorm_gradient,
+    ("07_by_hand", "matmul-weight-gradient"): matmul_weight_gradient,
+    ("07_by_hand", "running-mean-update"): running_mean_after_one_batch,
+    ("07_by_hand", "mixed-variance-width"): biased_running_variance_width,
+    ("07_by_hand", "unbiased-divisor-sequences"): unbiased_divisor_for_sequences,
+    ("07_by_hand", "batchnorm-dx-column-sum"): batchnorm_dx_column_sums,
+    ("07_by_hand", "batch-of-one-xhat"): normalised_batch_of_one,
     ("06_checkpointing", "batch-doubles-activations"): batch_doubling_factor,
     ("06_checkpointing", "tanh-saves-output"): what_tanh_keeps,
     ("06_checkpointing", "checkpoint-time-price"): checkpointed_step_cost,

@@ -247,7 +247,7 @@ def sb_collect_then_sum(fn, *inputs):
 
 
 # estimate_activation_bytes(N, S, D, L, bytes_per_elem=2, const=20) ------------------------------------
-@wrong_("estimate_activation_bytes", "counts values, not bytes (the book's ~3 GB): bytes_per_elem left out")
+@wrong_("estimate_activation_bytes", "counts values, not bytes (the quoted ~3 GB): bytes_per_elem left out")
 def eab_values(N, S, D, L, bytes_per_elem=2, const=20):
     return N * S * D * L * const
 
