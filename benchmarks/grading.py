@@ -1,6 +1,7 @@
 """Grade a simulated class twice, with plain serial `nbgrader autograde` and with `backprop-course grade`.
 
-Run from the repository root: `.venv/bin/python benchmarks/grading.py [--students 40] [NOTEBOOK ...]`.
+Run from the repository root: `.venv/bin/python benchmarks/grading.py [--students 40] [NOTEBOOK ...]`
+(`--cell-seconds`, 30 by default, is the time limit an endless submission uses up in each run).
 The class mixes perfect, partial, blank and hostile submissions: one whose first exercise ends
 its kernel (`os._exit`) and one whose first exercise never returns. Every class of 5 or more
 students holds each kind. Serial nbgrader exits non-zero on the crashing submission: that is an
@@ -70,14 +71,14 @@ def build_class(course, names, students):
             nbformat.write(nb, folder / f"{name}.ipynb")
 
 
-def serial_nbgrader(course, names):
+def serial_nbgrader(course, names, cell_seconds):
     """Plain `nbgrader autograde` of each notebook, one after the other; (seconds, [exit statuses],
     submissions it recorded)."""
     statuses = []
     began = time.perf_counter()
     for name in names:
         done = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", name, "--create", "--force",
-                               f"--Execute.timeout={CELL_SECONDS}", "--log-level=ERROR"],
+                               f"--Execute.timeout={cell_seconds}", "--log-level=ERROR"],
                               cwd=course, capture_output=True, text=True, env=nbgrader_env())
         statuses.append(done.returncode)
     seconds = time.perf_counter() - began
@@ -113,18 +114,20 @@ def main():
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeats", type=int, default=2, help="runs per notebook for the overhead figures")
     parser.add_argument("--no-overhead", action="store_true", help="skip the per-notebook comparison")
+    parser.add_argument("--cell-seconds", type=int, default=CELL_SECONDS,
+                        help="a cell's time limit, in both runs (the endless submissions take it)")
     args = parser.parse_args()
     names = args.notebooks or sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
     count = args.students * len(names)
     mix = {kind: sum(1 for i in range(args.students) if KINDS[i % len(KINDS)] == kind) for kind in dict.fromkeys(KINDS)}
-    limits = Limits(cell_seconds=CELL_SECONDS, threads=max(1, (os.cpu_count() or 1) // args.workers))
+    limits = Limits(cell_seconds=args.cell_seconds, threads=max(1, (os.cpu_count() or 1) // args.workers))
     with tempfile.TemporaryDirectory() as tmp:
         serial_course, ours_course = pathlib.Path(tmp) / "serial", pathlib.Path(tmp) / "ours"
         serial_course.mkdir()
         build_class(serial_course, names, args.students)
         shutil.copytree(serial_course, ours_course)
 
-        serial, statuses, recorded = serial_nbgrader(serial_course, names)
+        serial, statuses, recorded = serial_nbgrader(serial_course, names, args.cell_seconds)
         began = time.perf_counter()
         result = classgrade.grade_class(ours_course, names, workers=args.workers, limits=limits, progress=False)
         ours = time.perf_counter() - began
@@ -149,7 +152,7 @@ def main():
         if args.no_overhead:
             return 0
         print(f"{'notebook':<20} {'bare nbclient s':>16} {'ours s':>8} {'ratio':>6}")
-        solo = Limits(cell_seconds=CELL_SECONDS, threads=os.cpu_count() or 1)
+        solo = Limits(cell_seconds=args.cell_seconds, threads=os.cpu_count() or 1)
         for name in names:
             found, _ = classgrade.submissions.find_submissions(ours_course, [name])
             sub = next(s for s in found if s.student.startswith("perfect"))

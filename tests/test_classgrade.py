@@ -3,25 +3,35 @@
 One class run (notebook 01) holds every case. Submissions that run answer perfectly except for one
 exercise (relu_grad, 1 point), where each misbehaves in its own way: that exercise must score 0
 (or full marks where the misbehaviour is harmless), every other exercise and student is graded
-normally. Submissions whose file or zip is broken or hostile score 0 with the reason in
-failures.csv, without stopping the run; tampered nbgrader metadata is undone and earns nothing.
-Every expected score is checked in scores.csv and in `nbgrader export`.
+normally. Submissions that attack the grader (its files, the install checkout, its network, its
+environment, its memory, the machine after grading) meet the sandbox and say what they met.
+Submissions whose file or zip is broken or hostile score 0 with the reason in failures.csv,
+without stopping the run; tampered nbgrader metadata is undone and earns nothing. Every expected
+score is checked in scores.csv and in `nbgrader export`, and `ps` is clean of every submission's
+processes afterwards.
 """
 import contextlib
 import csv
 import io
 import os
+import pathlib
 import re
+import secrets
 import shutil
+import socket
 import stat
 import subprocess
 import sys
 import tempfile
+import time
+import typing
 import zipfile
 
 import course
 import nbformat
+import psutil
 import pytest
+from conftest import require
 from test_nbgrader_e2e import submission
 
 from autograder.grader import classgrade, isolation, recording, report, sanitize, submissions
@@ -31,6 +41,7 @@ NAME, VICTIM = "01_chain_rule", "relu_grad"
 TOTAL = 12
 GOOD = "def relu_grad(x):\n    return (x > 0).to(x.dtype)"
 SECRET = "root:$6$do-not-print-me$"  # the first line of a file a submission links to
+SCRATCH_MB = 64  # each sandbox's /tmp, /dev/shm and working folder
 
 # A wrong answer behind patched comparisons: in the kernel, every check would pass.
 CHEAT = """import numpy, torch
@@ -70,25 +81,127 @@ ANSWERS = {  # student -> (relu_grad's cell, expected total)
                          "def relu_grad(x):\n    return x", 11),
     "huge_exception_message": ("def relu_grad(x):\n    raise ValueError('x' * 5_000_000)", 11),
 }
-# Submissions that reach for the grader's files; {root} is the class folder. Where kernels cannot be
-# isolated (not root, not Linux) these are not graded, and the test that needs them is skipped.
+# Submissions that attack the grader: its files and those of the checkout the package is installed
+# from, its network, its environment, its memory, and the machine after grading. In each cell
+# {root} is the class folder and {token} a word unique to the run, marking every file and process
+# the submission makes. student -> (relu_grad's cell, expected total, what relu_grad's message
+# must match). Every one runs only in the sandbox: without one the class is not graded at all.
 INTRUDERS = {
     "copies_the_solution": (
         "import json\n"
         "def relu_grad(x):\n"
         "    nb = json.load(open('{root}/solutions/01_chain_rule/01_chain_rule.ipynb'))\n"
-        "    scope = {{}}\n"
+        "    scope = {}\n"
         "    exec([''.join(c['source']) for c in nb['cells'] if 'def relu_grad' in ''.join(c['source'])][0], scope)\n"
-        "    return scope['relu_grad'](x)", 11),
+        "    return scope['relu_grad'](x)", 11, "FileNotFoundError|PermissionError"),
     "reads_the_gradebook": ("def relu_grad(x):\n    open('{root}/gradebook.db', 'rb').read()\n"
-                            "    return (x > 0).to(x.dtype)", 11),
+                            "    return (x > 0).to(x.dtype)", 11, "FileNotFoundError|PermissionError"),
     "erases_the_gradebook": ("def relu_grad(x):\n    open('{root}/gradebook.db', 'wb').close()\n"
-                             "    return (x > 0).to(x.dtype)", 11),
+                             "    return (x > 0).to(x.dtype)", 11, "FileNotFoundError|PermissionError"),
     "overwrites_another_student": (
-        "def relu_grad(x):\n    open('{root}/submitted/perfect/01_chain_rule/01_chain_rule.ipynb', 'w').write('{{}}')\n"
-        "    return (x > 0).to(x.dtype)", 11),
+        "def relu_grad(x):\n    open('{root}/submitted/perfect/01_chain_rule/01_chain_rule.ipynb', 'w').write('{}')\n"
+        "    return (x > 0).to(x.dtype)", 11, "FileNotFoundError|PermissionError"),
+    # The checkout the grader runs from holds every notebook's solution, whatever course is graded.
+    "copies_from_the_install_checkout": (
+        "import json, pathlib\n"
+        "import autograder.checks\n"
+        "def relu_grad(x):\n"
+        "    checkout = pathlib.Path(autograder.checks.__file__).resolve().parents[2]\n"
+        "    nb = json.load(open(checkout / 'solutions/01_chain_rule/01_chain_rule.ipynb'))\n"
+        "    scope = {}\n"
+        "    exec([''.join(c['source']) for c in nb['cells'] if 'def relu_grad' in ''.join(c['source'])][0], scope)\n"
+        "    return scope['relu_grad'](x)", 11,
+        f"FileNotFoundError.*'{re.escape(str(course.ROOT))}/solutions/01_chain_rule/01_chain_rule.ipynb'"),
+    # Every loopback port (the local Dask scheduler's among them, wherever it listens), every
+    # listener in /proc/net/tcp, an outside address; it reports what answered other than its own.
+    "reaches_for_the_network": (
+        "import os, socket\n"
+        "def relu_grad(x):\n"
+        "    listening = {}  # port -> its owner's uid\n"
+        "    for table in ('/proc/net/tcp', '/proc/net/tcp6'):\n"
+        "        for line in open(table).readlines()[1:]:\n"
+        "            fields = line.split()\n"
+        "            if fields[3] == '0A':\n"
+        "                listening[int(fields[1].rsplit(':', 1)[1], 16)] = int(fields[7])\n"
+        "    reached = []\n"
+        "    for host, port in [('127.0.0.1', p) for p in range(1, 65536)] + [('::1', p) for p in listening]:\n"
+        "        try:\n"
+        "            with socket.create_connection((host, port), timeout=1) as s:\n"
+        "                if s.getsockname()[:2] != s.getpeername()[:2] and listening.get(port) != os.getuid():\n"
+        "                    reached.append(f'{host}:{port}')\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    try:\n"
+        "        socket.create_connection(('1.1.1.1', 53), timeout=3).close()\n"
+        "        outside = 'reached'\n"
+        "    except OSError as err:\n"
+        "        outside = err.strerror or type(err).__name__\n"
+        "    raise ConnectionError(f'services of others reached: {reached}; 1.1.1.1:53: {outside}')", 11,
+        r"services of others reached: \[\]; 1\.1\.1\.1:53: Network is unreachable"),
+    "reads_the_grader_environment": (
+        "import os\n"
+        "print(dict(os.environ))\n"
+        "def relu_grad(x):\n"
+        "    elsewhere = []\n"
+        "    for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "        try:\n"
+        "            if b'GRADER_SECRET_TOKEN=' in open(f'/proc/{pid}/environ', 'rb').read():\n"
+        "                elsewhere.append(pid)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    raise LookupError(f\"GRADER_SECRET_TOKEN={os.environ.get('GRADER_SECRET_TOKEN')}; in other processes: \"\n"
+        "                      f'{elsewhere}')", 11, re.escape("GRADER_SECRET_TOKEN=None; in other processes: []")),
+    "fills_tmp_and_shm": (
+        "def relu_grad(x):\n"
+        "    said = []\n"
+        "    for folder in ('/tmp', '/dev/shm'):\n"
+        "        written = 0\n"
+        "        try:\n"
+        "            for i in range(64):  # up to 1 GB each, left there\n"
+        "                with open(f'{folder}/{token}-{i}', 'wb') as f:\n"
+        "                    for _ in range(16):\n"
+        "                        f.write(bytes(2**20))\n"
+        "                        written += 1\n"
+        "            said.append(f'{folder}: {written} MB, never full')\n"
+        "        except OSError as err:\n"
+        "            said.append(f'{folder}: full after {written} MB ({err.strerror})')\n"
+        "    raise OSError('; '.join(said))", 11,
+        r"/tmp: full after (\d+) MB \(No space left on device\); /dev/shm: full after (\d+) MB \(No space"),
+    "returns_an_expanded_tensor": (  # 8 bytes of storage that would be 2 GB once copied
+        "import torch\n"
+        "def relu_grad(x):\n"
+        "    return torch.ones(1, dtype=torch.float64).expand(250_000_000)", 11,
+        "too large to grade: a tensor of shape \\(250000000,\\) has 250,000,000 elements"),
+    # A double-forked daemon and `setsid sleep`, both marked with the token; it checks that both
+    # run, then answers correctly: harmless while its kernel lives, they must end with it.
+    "leaves_daemons_running": (
+        "import os, subprocess, sys, time\n"
+        "started = []\n"
+        "def relu_grad(x):\n"
+        "    if not started:\n"
+        "        started.append(True)\n"
+        "        os.environ['SUBMISSION_MARK'] = '{token}'\n"
+        "        subprocess.Popen(['setsid', 'sleep', '3600'])\n"
+        "        if os.fork() == 0:\n"
+        "            os.setsid()\n"
+        "            if os.fork() == 0:\n"
+        "                os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(3600)', '{token}'])\n"
+        "            os._exit(0)\n"
+        "        os.wait()\n"
+        "        time.sleep(1)\n"
+        "        marked = []\n"
+        "        for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "            try:\n"
+        "                marked += [pid] if b'{token}' in open(f'/proc/{pid}/environ', 'rb').read() else []\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "        if len(marked) != 2:\n"
+        "            raise RuntimeError(f'{len(marked)} of 2 processes started')\n"
+        "    return (x > 0).to(x.dtype)", 12, None),
 }
-ISOLATED = isolation.available()
+ISOLATED = isolation.available()  # bubblewrap starts here (as root, or in a user namespace)
+NO_SANDBOX = f"kernels cannot be sandboxed here, and grading stops without a sandbox: {isolation.problem()}"
+SANDBOXED = pytest.mark.needs(ISOLATED, reason=NO_SANDBOX)
 EDITS = {  # student -> (how the test cells were tampered with, relu_grad answer, expected total, note)
     "edited_test": ("edit", None, 11, "relu_grad: the locked cell was edited"),
     "deleted_test": ("delete", None, 11, "relu_grad: its cell is missing"),
@@ -260,19 +373,57 @@ def place(root, student, nb):
     nbformat.write(nb, folder / f"{NAME}.ipynb")
 
 
+class Graded(typing.NamedTuple):
+    root: pathlib.Path
+    result: classgrade.ClassResult
+    files: list  # the reports
+    said: str  # everything the run wrote to the terminal
+    left: list  # (pid, command line) of any process of a submission still running after the run
+    contacted: bool  # whether anything connected to the grader-side service
+    token: str  # marks the intruders' files and processes
+    secret: str  # the value of the grader's GRADER_SECRET_TOKEN during the run
+
+
+def marked_processes(in_command_line: tuple, in_environment: tuple) -> list:
+    """Processes (never this one or its parents) whose command line, or environment, holds a mark."""
+    spared = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    found = []
+    for process in psutil.process_iter(["cmdline", "environ", "status"]):
+        command = " ".join(process.info["cmdline"] or ())
+        environment = " ".join(f"{k}={v}" for k, v in (process.info["environ"] or {}).items())
+        if process.pid not in spared and process.info["status"] != psutil.STATUS_ZOMBIE and (
+                any(m in command for m in in_command_line) or any(m in environment for m in in_environment)):
+            found.append((process.pid, command))
+    return found
+
+
+def left_running(token: str, sandboxes: pathlib.Path, patience=10.0) -> list:
+    """What of the submissions still runs once grading has returned: a process marked with the
+    token, or one whose command line names the run's temporary folder (every bubblewrap and every
+    kernel does: it holds their shared folders). `patience`: the cluster's workers are stopping as
+    the run returns, and their kernels started ahead end with them."""
+    deadline = time.monotonic() + patience
+    while (found := marked_processes((token, str(sandboxes)), (token,))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return found
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
+    require(ISOLATED, NO_SANDBOX)
     root = tmp_path_factory.mktemp("class")
     run, released = new_class(root)
     perfect = perfect_answers()
     secret_file = tmp_path_factory.mktemp("elsewhere") / "shadow"
     secret_file.write_text(SECRET + "\nsecond line\n")
+    token, secret = f"mark{secrets.token_hex(8)}", secrets.token_hex(16)
 
     for student, (cell, _) in ANSWERS.items():
         answers = {} if student == "blank" else {**perfect, VICTIM: cell} if cell else perfect
         place(root, student, submission(released, answers))
-    for student, (cell, _) in INTRUDERS.items() if ISOLATED else ():
-        place(root, student, submission(released, {**perfect, VICTIM: cell.format(root=root)}))
+    for student, (cell, _, _) in INTRUDERS.items():
+        attack = cell.replace("{root}", str(root)).replace("{token}", token)
+        place(root, student, submission(released, {**perfect, VICTIM: attack}))
     for student, (how, cell, _, _) in EDITS.items():
         answers = {**perfect, VICTIM: cell} if cell else {k: v for k, v in perfect.items() if k != VICTIM}
         place(root, student, tamper(submission(released, answers), how))
@@ -283,18 +434,31 @@ def graded(tmp_path_factory):
     zips.mkdir()
     build_zips(zips, root, released, perfect)
 
-    limits = Limits(cell_seconds=30, submission_seconds=300, memory_mb=1500, output_chars=20_000)  # 30 s: loaded CI
+    limits = Limits(cell_seconds=30, submission_seconds=300, memory_mb=1500, output_chars=20_000,  # 30 s: loaded CI
+                    scratch_mb=SCRATCH_MB)
     said = []
-    with terminal_output(said):
-        result = classgrade.grade_class(root, [NAME], workers=2, limits=limits, zips=zips, progress=False, run=run)
+    sandboxes = tmp_path_factory.mktemp("sandboxes")
+    with pytest.MonkeyPatch.context() as patch, socket.create_server(("127.0.0.1", 0)) as service:
+        patch.setenv("GRADER_SECRET_TOKEN", secret)  # the workers, and so the grader's side, have it
+        patch.setenv("TMPDIR", str(sandboxes))  # the workers make every sandbox's shared folder there
+        with terminal_output(said):
+            result = classgrade.grade_class(root, [NAME], workers=2, limits=limits, zips=zips, progress=False,
+                                            run=run)
+        left = left_running(token, sandboxes)
+        service.setblocking(False)
+        try:
+            service.accept()[0].close()
+            contacted = True
+        except BlockingIOError:
+            contacted = False
     files = report.write_report(classgrade.scores(root, [NAME]), root / "reports", result.outcomes.values(),
                                 result.zip_ids)
     run("export")
-    return root, result, files, said[0]
+    return Graded(root, result, files, said[0], left, contacted, token, secret)
 
 
 def expected_totals(result):
-    expected = {s: float(v[-1]) for s, v in {**ANSWERS, **(INTRUDERS if ISOLATED else {})}.items()}
+    expected = {s: float(v[1]) for s, v in {**ANSWERS, **INTRUDERS}.items()}
     expected |= {s: float(v[2]) for s, v in EDITS.items()}
     expected |= {s: 0.0 for s in BROKEN}
     expected |= {result.zip_ids[z]: float(score) for z, (score, _) in ZIPS.items()}
@@ -302,7 +466,7 @@ def expected_totals(result):
 
 
 def test_every_submission_gets_its_intended_score_in_the_export_and_the_report(graded):
-    root, result, _, _ = graded
+    root, result = graded.root, graded.result
     expected = expected_totals(result)
     with open(root / "grades.csv") as f:
         exported = {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
@@ -318,7 +482,7 @@ def test_every_submission_gets_its_intended_score_in_the_export_and_the_report(g
 
 
 def test_each_broken_file_is_that_students_zero_with_the_reason(graded):
-    root, result, _, said = graded
+    root, result = graded.root, graded.result
     with open(root / "reports" / "failures.csv") as f:
         why = {row["student"]: row["problem"] for row in csv.DictReader(f) if row["graded"] == "no"}
     expected = {s: reason for s, (_, reason) in BROKEN.items()}
@@ -336,7 +500,7 @@ def test_each_broken_file_is_that_students_zero_with_the_reason(graded):
 def test_the_run_says_how_many_could_not_be_graded(graded, tmp_path, capsys, monkeypatch):
     """The command's exit status and last line, from the same class (graded again: nothing changes)."""
     from autograder.grader import cli
-    root, result, _, _ = graded
+    root, result = graded.root, graded.result
     monkeypatch.setattr(classgrade, "grade_class", lambda *a, **k: result)
     status = cli.main(["grade", NAME, "--root", str(root), "--quiet", "--report", str(tmp_path)])
     last = capsys.readouterr().out.strip().splitlines()[-1]
@@ -345,29 +509,33 @@ def test_the_run_says_how_many_could_not_be_graded(graded, tmp_path, capsys, mon
 
 
 def test_tampered_metadata_is_undone_and_noted(graded):
-    _, result, _, _ = graded
+    result = graded.result
     for student, (_, _, _, note) in EDITS.items():
         outcome = result.outcomes[(student, NAME)]
         assert outcome.graded, student
         if note:
             assert any(note in n for n in outcome.notes), (student, outcome.notes)
     assert result.outcomes[("perfect", NAME)].notes == [], "an untouched notebook is restored silently"
-    with open(graded[0] / "reports" / "failures.csv") as f:
+    with open(graded.root / "reports" / "failures.csv") as f:
         rows = [row for row in csv.DictReader(f) if row["student"] == "added_grade_cell_1000_points"]
     assert rows and rows[0]["graded"] == "yes" and "earns nothing" in rows[0]["problem"]
 
 
 def test_no_secret_reaches_the_terminal_the_reports_or_the_gradebook(graded):
-    root, _, files, said = graded
-    assert SECRET not in said
-    for path in [*files, root / "gradebook.db", root / "grades.csv"]:
-        assert SECRET.encode() not in path.read_bytes(), path
+    """Neither a file's secret (a symbolic link) nor the grader's secret variable, which a student
+    cell printed the environment to find."""
+    root, files, said = graded.root, graded.files, graded.said
+    assert SECRET not in said and graded.secret not in said
+    printed = root / "autograded" / "reads_the_grader_environment" / NAME / f"{NAME}.ipynb"
+    assert "'HOME': '/home/student'" in printed.read_text(), "the cell printed the environment it saw"
+    for path in [*files, root / "gradebook.db", root / "grades.csv", *(root / "autograded").rglob("*.ipynb")]:
+        assert SECRET.encode() not in path.read_bytes() and graded.secret.encode() not in path.read_bytes(), path
     assert not list((root / "autograded").glob("symlink_to_a_secret/**/*.ipynb"))
     assert "checksum" not in said.lower(), "no 'checksum has changed' warning for unedited test cells"
 
 
 def test_messages_are_capped_everywhere(graded):
-    root, result, files, _ = graded
+    root, files = graded.root, graded.files
     row = next(r for r in classgrade.scores(root, [NAME]) if r["student"] == "huge_exception_message"
                and r["exercise"] == VICTIM)
     assert "ValueError" in row["message"] and "more characters]" in row["message"]
@@ -378,7 +546,7 @@ def test_messages_are_capped_everywhere(graded):
 
 
 def test_failures_say_why(graded):
-    root, _, _, _ = graded
+    root = graded.root
     messages = {(r["student"], r["exercise"]): r["message"] for r in classgrade.scores(root, [NAME])}
     said = {s: messages[(s, VICTIM)] for s in ("endless_loop_ignoring_interrupts", "os_exit", "memory_bomb",
                                                "output_flood", "wrong_type", "wrong_shape", "wrong_dtype",
@@ -393,20 +561,35 @@ def test_failures_say_why(graded):
     assert "relu_grad" in said["renamed_function"] and "not defined" in said["renamed_function"]
 
 
-@pytest.mark.needs(ISOLATED, reason="kernels are isolated only when grading as root on Linux")
-def test_kernels_cannot_reach_the_grader_files(graded):
-    root, _, _, _ = graded
+def test_each_intruder_fails_with_what_it_met_and_changes_nothing(graded):
+    """Each attack's message says what it met in the sandbox: files not there, no service of the
+    grader's reachable, no secret, full scratch folders, an answer too large to grade."""
+    root = graded.root
+    assert (course.ROOT / "solutions" / NAME / f"{NAME}.ipynb").exists() and course.ROOT not in root.parents, \
+        "the install checkout holds the solutions and is not the class graded"
     messages = {(r["student"], r["exercise"]): r["message"] for r in classgrade.scores(root, [NAME])}
-    for student in INTRUDERS:
-        message = messages[(student, VICTIM)]  # in the sandbox the grader's files are not there at all
-        assert "FileNotFoundError" in message or "PermissionError" in message, (student, message)
+    for student, (_, _, pattern) in INTRUDERS.items():
+        message = messages[(student, VICTIM)]
+        assert re.search(pattern, message) if pattern else message == "", (student, message)
+    assert not graded.contacted, "a submission connected to a service of the grader's"
+    full = re.search(INTRUDERS["fills_tmp_and_shm"][2], messages[("fills_tmp_and_shm", VICTIM)])
+    assert all(0 < int(mb) <= SCRATCH_MB for mb in full.groups()), full.group(0)
     assert (root / "gradebook.db").stat().st_size > 0
     perfect = nbformat.read(root / "submitted" / "perfect" / NAME / f"{NAME}.ipynb", as_version=4)
     assert course.solution_cells(perfect)
 
 
+def test_nothing_a_submission_started_runs_or_stays_after_grading(graded):
+    """`ps` is clean (the daemons marked with the token were running during the run: that
+    submission checks it); the files written to its /tmp and /dev/shm are nowhere."""
+    assert graded.left == []
+    pattern = f"{graded.token}-*"
+    assert [*pathlib.Path("/tmp").glob(pattern), *pathlib.Path("/dev/shm").glob(pattern),
+            *graded.root.parent.rglob(pattern)] == []
+
+
 def test_zips_are_read_never_extracted_and_never_replace_silently(graded):
-    root, result, _, _ = graded
+    root, result = graded.root, graded.result
     student = result.zip_ids["zipped student.zip"]
     assert (root / "submitted" / student / NAME / f"{NAME}.ipynb").exists()
     assert not list(root.parent.glob(f"*{NAME}.ipynb")) and not list(root.glob(f"*{NAME}.ipynb"))
@@ -429,7 +612,7 @@ def test_student_ids_are_stable_distinct_and_plain():
 
 
 def test_the_report_has_every_student_and_exercise(graded, tmp_path):
-    root, result, _, _ = graded
+    root, result = graded.root, graded.result
     rows = classgrade.scores(root, [NAME])
     files = report.write_report(rows, tmp_path)
     assert all(f.exists() and f.stat().st_size > 0 for f in files)
@@ -438,7 +621,7 @@ def test_the_report_has_every_student_and_exercise(graded, tmp_path):
 
 
 def test_feedback_and_formgrader_files_exist_for_graded_submissions_only(graded):
-    root, _, _, _ = graded
+    root = graded.root
     run = classgrade.nbgrader_runner(root)
     run("generate_feedback", NAME, "--student=perfect")
     page = root / "feedback" / "perfect" / NAME / f"{NAME}.html"
@@ -449,7 +632,7 @@ def test_feedback_and_formgrader_files_exist_for_graded_submissions_only(graded)
 
 def test_a_submission_that_cannot_be_recorded_or_run_scores_zero_with_the_reason(graded, tmp_path):
     """Recorded as not graded (what a dead worker leads to), in a copy of the class's gradebook."""
-    root, _, _, _ = graded
+    root = graded.root
     shutil.copy(root / "gradebook.db", tmp_path)
     shutil.copy(root / "nbgrader_config.py", tmp_path)
     recorder = recording.Recorder(tmp_path)
@@ -482,6 +665,7 @@ def test_the_plain_nbgrader_step_turns_an_impossible_partial_credit_into_an_erro
     assert out.output_type == "error" and "not a score between 0 and 1" in out.evalue
 
 
+@SANDBOXED
 def test_plain_mode_bounds_a_forged_partial_credit(tmp_path):
     """--plain: test cells run in the kernel, where a submission can make a test cell's last value 1000."""
     run, released = new_class(tmp_path)
@@ -501,7 +685,7 @@ def test_plain_mode_bounds_a_forged_partial_credit(tmp_path):
 
 
 def test_restore_rebuilds_from_the_source_and_says_what_it_undid(graded):
-    root, _, _, _ = graded
+    root = graded.root
     with classgrade.open_gradebook(root) as gb:
         source = sanitize.load_source(gb, NAME)
     released = course.read(root / "release" / NAME / f"{NAME}.ipynb")
@@ -577,6 +761,7 @@ def test_the_local_cluster_authenticates_listens_on_loopback_only_and_limits_mem
         assert _tls_without_a_certificate_is_refused(host, int(port))
 
 
+@SANDBOXED
 def test_patched_checks_fool_the_kernel_but_not_the_grader(tmp_path):
     """The same cheating submission, graded in the kernel as nbgrader does and in trusted mode."""
     from autograder.grader import trusted
@@ -594,6 +779,7 @@ def test_patched_checks_fool_the_kernel_but_not_the_grader(tmp_path):
     assert verdicts["trusted"] and "wrong values" in verdicts["trusted"][0]
 
 
+@SANDBOXED
 @pytest.mark.parametrize("name", course.assignment_names())
 def test_every_reference_solution_earns_full_marks_in_trusted_mode(name):
     """A real kernel (isolated where possible) answers; every grade cell, hidden tests included,

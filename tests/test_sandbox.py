@@ -6,6 +6,7 @@ are skipped with the reason, except under CI (the `CI` variable set), where the 
 there and they fail instead.
 """
 import contextlib
+import dataclasses
 import json
 import os
 import pathlib
@@ -20,7 +21,7 @@ import psutil
 import pytest
 
 from autograder.grader import bubblewrap, isolation
-from autograder.grader.sandbox import MESSAGE_CHARS, Limits, run_notebook
+from autograder.grader.sandbox import DEFAULT_LIMITS, MESSAGE_CHARS, Limits, run_notebook
 
 PROBLEM = isolation.problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None and not os.environ.get("CI"),
@@ -246,25 +247,31 @@ def test_memory_held_by_a_double_forked_daemon_counts_and_ends_with_the_kernel()
 
 
 def test_huge_and_expanded_answers_are_refused_before_the_grader_materialises_them():
+    """A huge exception's message is cut in the kernel instead, so that its type still comes back."""
     answers = ("import torch\n"
                "def expanded(x):\n    return torch.ones(1).expand(250_000_000)\n"
-               "def wordy(x):\n    raise ValueError('w' * 3_000_000)\n"
+               "def wordy(x):\n    return 'w' * 3_000_000\n"
+               "def shouty(x):\n    raise ValueError('s' * 3_000_000)\n"
                "def fine(x):\n    return x * 2")
     check = "import torch\nfrom autograder import checks\n"
     nb = notebook(answers,
                   check + "checks.call_student('expanded', expanded, torch.ones(2))",
                   check + "checks.call_student('wordy', wordy, torch.ones(2))",
+                  check + "checks.call_student('shouty', shouty, torch.ones(2))",
                   check + "checks.expect_close('fine', checks.call_student('fine', fine, torch.ones(2)), "
                           "torch.full((2,), 2.0))",
-                  grade=(1, 2, 3))
-    problems = run_notebook(nb, Limits(cell_seconds=60), trusted_names=["expanded", "fine", "wordy"])
+                  grade=(1, 2, 3, 4))
+    problems = run_notebook(nb, Limits(cell_seconds=60), trusted_names=["expanded", "fine", "shouty", "wordy"])
     assert problems == []
     assert errors(nb.cells[1]) == ["GradingError: expanded: the answer from your notebook is too large to grade: "
                                    "a tensor of shape (250000000,) has 250,000,000 elements (at most 33,554,432 "
                                    "may come back)"]
     [wordy] = errors(nb.cells[2])
     assert wordy.startswith("GradingError: wordy: the answer from your notebook is too large to grade: a string of ")
-    assert errors(nb.cells[3]) == []  # a normal answer still crosses
+    [shouty] = errors(nb.cells[3])
+    assert shouty.startswith("GradingError: shouty: raised ValueError: sss") and shouty.endswith(" more characters]")
+    assert len(shouty) < MESSAGE_CHARS + 100
+    assert errors(nb.cells[4]) == []  # a normal answer still crosses
     assert len(nbformat.writes(nb)) < 50_000
 
 
@@ -364,6 +371,13 @@ def test_gpu_device_nodes_are_bound_where_there_are_some(tmp_path, monkeypatch):
     monkeypatch.setattr(bubblewrap, "nvidia_devices", lambda: [])
     assert "nvidia" not in " ".join(bubblewrap.filesystem(plan(tmp_path)))
     assert any(a.startswith("--data") for a in bubblewrap.limits(plan(tmp_path)))
+
+
+def test_the_limits_everyone_shares_cannot_change():
+    """`run_notebook`'s default Limits is one instance for every caller: no caller may change it."""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DEFAULT_LIMITS.memory_mb = 10**6
+    assert DEFAULT_LIMITS == Limits() and dataclasses.replace(DEFAULT_LIMITS, memory_mb=1).memory_mb == 1
 
 
 def test_the_environment_is_an_allow_list(monkeypatch):

@@ -34,11 +34,12 @@ MESSAGE_BYTES = 32 * 2**20  # a kernel message larger than this is dropped befor
 HISTORY = ("--HistoryManager.hist_file=:memory:",)  # as nbclient starts kernels: no history file
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Limits:
     """What one submission may use. Seconds are wall time (fractions allowed); memory is what its
     processes hold together; `scratch_mb` is the size of each of its in-memory folders (working
-    folder, /tmp, /dev/shm); `unsandboxed` runs kernels without a sandbox (an explicit choice)."""
+    folder, /tmp, /dev/shm); `unsandboxed` runs kernels without a sandbox (an explicit choice).
+    Frozen: the default instance is shared by every call that takes it, so none may change it."""
     cell_seconds: float = 60.0
     submission_seconds: float = 900.0
     memory_mb: int = 4096

@@ -1,0 +1,28 @@
+"""The benchmarks run to the end on the classes they simulate, so that the figures in the README can
+be made again. Small runs: the numbers are not checked here, only that every kind is met and survived."""
+import re
+import subprocess
+import sys
+
+import course
+import pytest
+
+from autograder.grader import isolation
+
+
+@pytest.mark.needs(isolation.available(), reason=f"kernels cannot be sandboxed here: {isolation.problem()}")
+@pytest.mark.timeout(900)
+def test_the_grading_benchmark_survives_every_kind_of_submission():
+    """5 students is the smallest class with every kind (a crash makes serial nbgrader exit 1; an
+    endless loop takes its cell's whole time limit, shortened here to 10 s)."""
+    done = subprocess.run([sys.executable, "benchmarks/grading.py", "--students", "5", "--no-overhead",
+                           "--cell-seconds", "10", "01_chain_rule"],
+                          cwd=course.ROOT, capture_output=True, text=True, timeout=840)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    said = done.stdout
+    assert "per notebook 1 perfect, 1 partial, 1 blank, 1 crash, 1 endless)" in said, said
+    assert re.search(r"^serial nbgrader autograde: .*\(exit status \d+; \d of 5 recorded\)$", said, re.M), said
+    assert re.search(r"^backprop-course grade: .*\(5 of 5 graded\)$", said, re.M), said
+    assert re.search(r"^speed-up: \d+\.\d\dx$", said, re.M), said
+    [timed] = [line for line in said.splitlines() if line.startswith("our seconds per submission")]
+    assert all(f" {kind} " in timed for kind in ("perfect", "partial", "blank", "crash", "endless")), timed
