@@ -89,7 +89,7 @@ def pytest_timeout_cancel_timer(item):
 # nbgrader end to end 160-550 s a notebook, class grading 370-440 s for its shared class and 20-150 s
 # a trusted reference, the browser 50-80 s, a notebook executed for test_solutions/test_release 10-50 s).
 # They run first, so that `-n 2` ends with short tests on both workers, not one long test alone.
-SLOW_FIRST = ("test_nbgrader_e2e.py", "test_classgrade.py", "test_gpu.py", "test_browser.py",
+SLOW_FIRST = ("test_nbgrader_e2e.py", "test_classgrade.py", "test_benchmarks.py", "test_gpu.py", "test_browser.py",
               "test_solutions.py", "test_release.py")
 
 
