@@ -111,7 +111,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*")
     parser.add_argument("--students", type=int, default=40)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", type=int, default=classgrade.default_workers())
     parser.add_argument("--repeats", type=int, default=2, help="runs per notebook for the overhead figures")
     parser.add_argument("--no-overhead", action="store_true", help="skip the per-notebook comparison")
     parser.add_argument("--cell-seconds", type=int, default=CELL_SECONDS,
@@ -120,7 +120,7 @@ def main():
     names = args.notebooks or sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
     count = args.students * len(names)
     mix = {kind: sum(1 for i in range(args.students) if KINDS[i % len(KINDS)] == kind) for kind in dict.fromkeys(KINDS)}
-    limits = Limits(cell_seconds=args.cell_seconds, threads=max(1, (os.cpu_count() or 1) // args.workers))
+    limits = Limits(cell_seconds=args.cell_seconds, threads=classgrade.kernel_threads(args.workers))
     with tempfile.TemporaryDirectory() as tmp:
         serial_course, ours_course = pathlib.Path(tmp) / "serial", pathlib.Path(tmp) / "ours"
         serial_course.mkdir()

@@ -508,6 +508,22 @@ def test_the_run_says_how_many_could_not_be_graded(graded, tmp_path, capsys, mon
     assert last.startswith(f"{len(result.not_graded())} submissions could not be graded and scored 0")
 
 
+def test_workers_default_to_one_more_than_the_cores_and_zero_is_refused(monkeypatch, capsys, tmp_path):
+    from autograder.grader import cli
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    asked = {}
+    monkeypatch.setattr(classgrade, "grade_class", lambda *a, **k: asked.update(k) or classgrade.ClassResult({}, {}))
+    monkeypatch.setattr(classgrade, "scores", lambda *a: [])
+    monkeypatch.setattr(report, "write_report", lambda *a, **k: [])
+    assert cli.main(["grade", NAME, "--root", str(tmp_path), "--quiet", "--report", str(tmp_path / "r")]) == 0
+    assert asked["workers"] == 3 and asked["limits"].threads == 1
+    cli.main(["grade", NAME, "--root", str(tmp_path), "--quiet", "--workers", "1", "--report", str(tmp_path / "r")])
+    assert asked["workers"] == 1 and asked["limits"].threads == 2
+    with pytest.raises(SystemExit):
+        cli.main(["grade", NAME, "--workers", "0"])
+    assert "--workers: must be 1 or more, not 0" in capsys.readouterr().err
+
+
 def test_tampered_metadata_is_undone_and_noted(graded):
     result = graded.result
     for student, (_, _, _, note) in EDITS.items():

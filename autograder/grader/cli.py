@@ -14,7 +14,6 @@ reports/failures.csv and the others go on; the exit status is 0 when every submi
 """
 import argparse
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -90,11 +89,12 @@ def grade(args) -> int:
 
     root = args.root.resolve()
     names = args.notebooks or assignments(root)
+    workers = classgrade.default_workers() if args.workers is None else args.workers
     limits = Limits(cell_seconds=args.cell_seconds, submission_seconds=args.submission_seconds,
-                    memory_mb=args.memory_mb, threads=max(1, (os.cpu_count() or 1) // args.workers),
+                    memory_mb=args.memory_mb, threads=classgrade.kernel_threads(workers),
                     unsandboxed=args.unsandboxed)
     began = time.monotonic()
-    result = classgrade.grade_class(root, names, workers=args.workers, scheduler=args.scheduler, limits=limits,
+    result = classgrade.grade_class(root, names, workers=workers, scheduler=args.scheduler, limits=limits,
                                     zips=args.zips, progress=not args.quiet, plain=args.plain,
                                     worker_memory_mb=args.worker_memory_mb)
     minutes = (time.monotonic() - began) / 60
@@ -111,6 +111,14 @@ def grade(args) -> int:
     return 0
 
 
+def at_least_one(text: str) -> int:
+    """A count that must be 1 or more (0 workers would wait for ever)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="backprop-course", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -122,7 +130,7 @@ def main(argv=None) -> int:
     gr.add_argument("notebooks", nargs="*", help="assignment names (default: all)")
     gr.add_argument("--root", type=pathlib.Path, default=pathlib.Path.cwd(), help="the course directory")
     gr.add_argument("--zips", type=pathlib.Path, help="a folder of <student>.zip downloads to grade")
-    gr.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="local worker processes")
+    gr.add_argument("--workers", type=at_least_one, help="local worker processes (default: one more than the cores)")
     gr.add_argument("--scheduler", help="address of a Dask scheduler (default: a local cluster)")
     gr.add_argument("--cell-seconds", type=float, default=60.0, help="time limit of one cell")
     gr.add_argument("--submission-seconds", type=float, default=900.0, help="time limit of one notebook")
