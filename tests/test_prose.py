@@ -116,3 +116,13 @@ def test_released_grade_cells_import_only_what_they_use(name):
              for unused in [unused_imports(cell.source)] if unused]
     assert not found, ("a name only the hidden tests use is imported inside ### BEGIN HIDDEN TESTS:\n"
                        + "\n".join(found))
+
+
+def test_what_04_quotes_from_the_inference_mode_docstring_is_there_and_gives_no_figure():
+    """04 says PyTorch's documentation of inference_mode gives no speed figure, and quotes it."""
+    import torch
+    quoted = "removes additional overhead by disabling view tracking and version counter bumps"
+    notebook = " ".join(c.source for c in course.read(course.solution_path("04_toggles")).cells)
+    assert quoted in " ".join(notebook.split())
+    documented = " ".join(torch.inference_mode.__doc__.split())
+    assert quoted in documented and not re.search(r"\d\s*%", documented)
