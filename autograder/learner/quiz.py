@@ -48,6 +48,11 @@ def show_quiz(notebook: str, section: str) -> None:
     display_questions(questions)
 
 
+def show_question(notebook: str, question_id: str) -> None:
+    """Display one question on its own (a ``derive`` question just before an exercise)."""
+    display_questions([find_question(notebook, question_id)])
+
+
 def display_questions(questions, review: str = "", notes=()) -> None:
     """Display questions one by one (numbered from 1), as widgets or as plain text.
 

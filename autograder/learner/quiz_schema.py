@@ -1,10 +1,13 @@
 """The quiz files, ``autograder/learner/quizzes/<notebook>.yaml``, read and checked against the schema.
 
-A file has ``notebook:`` and ``sections:`` with exactly ``predict``, ``retrieve`` and ``concept_check``,
-in that order, each ``{title, questions}``. Every question has an ``id`` (unique in the file), a
-``kind``, a ``prompt`` (Markdown), an optional ``code`` (a Python snippet shown above the prompt),
-a ``why`` (shown after an answer; a choice question has one per choice instead), and in ``retrieve``
-a ``level`` (factual, conceptual or synthetic). The kinds:
+A file has ``notebook:`` and ``sections:`` with exactly ``predict``, ``retrieve`` and
+``concept_check``, in that order, each ``{title, questions}``, and optionally ``derive`` last:
+produced-answer questions shown one at a time just before an exercise (``show_question``), each
+asking for a key intermediate of the derivation, so that the learner commits to a derivation before
+writing code. Every question has an ``id`` (unique in the file), a ``kind``, a ``prompt``
+(Markdown), an optional ``code`` (a Python snippet shown above the prompt), a ``why`` (shown after
+an answer; a choice question has one per choice instead), and in ``retrieve`` a ``level`` (factual,
+conceptual or synthetic). The kinds:
 
 - ``numeric`` (produced): ``answer`` (a number), ``tolerance: {abs: x}`` or ``{rel: x}`` (default
   ``rel: 1e-6``), optional ``unit``;
@@ -23,6 +26,7 @@ import math
 import yaml
 
 SECTIONS = ("predict", "retrieve", "concept_check")
+OPTIONAL_SECTIONS = ("derive",)  # after SECTIONS when present
 LEVELS = ("factual", "conceptual", "synthetic")
 PRODUCED = ("numeric", "short", "recall")
 KINDS = PRODUCED + ("choice",)
@@ -139,6 +143,9 @@ def parse_question(notebook: str, section: str, raw) -> Question:
         raise QuizFileError(f"{where}: a retrieve question needs a level: {', '.join(LEVELS)}")
     if level and level not in LEVELS:
         raise QuizFileError(f"{where}: level is one of {', '.join(LEVELS)}")
+    if section == "derive" and kind not in PRODUCED:
+        raise QuizFileError(f"{where}: a derive question asks the learner to produce an answer "
+                            f"({', '.join(PRODUCED)}), not to pick one")
     if kind == "choice":
         fields["choices"] = _choices(raw, where)
     elif kind == "numeric":
@@ -175,9 +182,10 @@ def load_quiz(notebook: str) -> dict:
     raw = yaml.load(source.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
     if not isinstance(raw, dict) or raw.get("notebook") != notebook or not isinstance(raw.get("sections"), dict):
         raise QuizFileError(f"{notebook}.yaml: needs 'notebook: {notebook}' and 'sections:'")
-    if tuple(raw["sections"]) != SECTIONS:
-        raise QuizFileError(f"{notebook}.yaml: the sections are {', '.join(SECTIONS)}, in that order; "
-                            f"found {', '.join(map(str, raw['sections']))}")
+    found = tuple(raw["sections"])
+    if found[:len(SECTIONS)] != SECTIONS or any(s not in OPTIONAL_SECTIONS for s in found[len(SECTIONS):]):
+        raise QuizFileError(f"{notebook}.yaml: the sections are {', '.join(SECTIONS)}, in that order "
+                            f"(then optionally {', '.join(OPTIONAL_SECTIONS)}); found {', '.join(map(str, found))}")
     quiz, seen = {}, set()
     for section, body in raw["sections"].items():
         if not isinstance(body, dict) or not isinstance(body.get("title"), str) \

@@ -1,0 +1,152 @@
+"""Where right-looking code breaks: the inputs every notebook's hidden tests try, and the message
+that says which of them broke an answer.
+
+An answer can match PyTorch on friendly random inputs and still be wrong: a one-pass variance
+(E[x²] - E[x]²) that loses every digit in float32 when a column's mean is large, a softmax that
+overflows on large logits, a `.view` that fails on a strided gradient, a `.squeeze()` that drops
+a batch of one, a formula that is 0/0 at x = 0, a backward that cannot be differentiated again.
+The checks of every notebook draw such inputs from here (`large_mean`, `large_logits`,
+`special_points`, `non_contiguous`, `transposed`, `expanded`, `batch_of_one`) and run each one
+inside `trying(exercise, stress)`, so that a failure says which input broke the answer and the
+usual reason why ("fails for a non-contiguous dout: .view needs contiguous memory; use .reshape").
+
+Nothing here holds an answer: these are inputs and messages. References stay in each check.
+"""
+import contextlib
+import re
+
+import torch
+
+from autograder.checks.compare import GradingError
+from autograder.learner import inputs
+from autograder.learner.device import get_device
+
+# What each stress is, as the message names it ("fails for <description>: <advice>").
+STRESSES = {
+    "float32-large-mean": "float32 input whose mean is about 1000 times its spread",
+    "large-logits": "float32 logits as large as a few hundred",
+    "special-points": "the special points of the function (0 and large |x|)",
+    "batch-of-one": "a batch of one",
+    "non-contiguous": "a non-contiguous {what}",
+    "expanded": "an expanded {what} (a view whose rows share memory)",
+    "create-graph": "backward(create_graph=True)",
+}
+
+# (stress, pattern in the failure message, advice): the first match wins; then the stress's default.
+_ADVICE = (
+    ("non-contiguous", r"view size is not compatible|\.view\(|use \.reshape",
+     ".view needs contiguous memory; use .reshape (or .contiguous() first)"),
+    ("non-contiguous", r"", "the input is a strided view (a slice or a transpose of a larger tensor), as a gradient "
+                           "often is: do not assume contiguous memory (.view, strides, data_ptr)"),
+    ("expanded", r"in-place|more than one element of the written-to tensor",
+     "an expanded tensor's rows share one memory: never write into an input in place; clone it first"),
+    ("expanded", r"view size is not compatible", ".view needs contiguous memory; use .reshape"),
+    ("expanded", r"", "an expanded input repeats one row without copying it (stride 0): do not assume each row "
+                      "has memory of its own"),
+    ("float32-large-mean", r"NaN|nan|inf",
+     "cancellation in float32: a variance computed as E[x²] - E[x]² loses every digit when the mean is large; "
+     "subtract the mean first, then square"),
+    ("float32-large-mean", r"", "cancellation in float32: subtracting two large, nearly equal numbers (E[x²] and "
+                                "E[x]²) leaves only round-off; subtract the mean first, then square"),
+    ("large-logits", r"", "exp of a large logit overflows float32 (exp(89) is already inf): subtract each row's "
+                          "largest logit before exp (the result does not change, the overflow does)"),
+    ("special-points", r"", "look for 0/0, inf/inf or inf - inf at x = 0 or at large |x| (a formula that divides "
+                            "by x, by sqrt(x²), or takes exp of a large number), and write it so those cancel"),
+    ("batch-of-one", r"", "do not .squeeze() the batch dimension away: with a batch of one it goes too; "
+                          "squeeze a named dimension (.squeeze(-1)) or reshape to (N,)"),
+    ("create-graph", r"does not require grad|does not have a grad_fn|leaf Variable|in-place|twice|"
+                     r"once_differentiable",
+     "under create_graph=True the backward pass is itself recorded: update parameters under torch.no_grad(), "
+     "and build gradients with differentiable operations (no .detach(), .data or @once_differentiable)"),
+    ("create-graph", r"", "under create_graph=True the backward pass is itself recorded and differentiated: "
+                          "every step of it must be a differentiable torch operation"),
+)
+
+
+def _device(device):
+    return torch.device(device) if device is not None else get_device()
+
+
+def large_mean(*shape, seed, mean=1e3, spread=1.0, dtype=torch.float32, device=None):
+    """Random values of `shape` around `mean` with standard deviation `spread` (float32 by default):
+    a column of such values has a variance that E[x²] - E[x]² cannot compute in float32."""
+    noise = inputs.randn(*shape, seed=seed, dtype=torch.float64, device="cpu")
+    return (mean + spread * noise).to(dtype=dtype, device=_device(device))
+
+
+def large_logits(*shape, seed, scale=500.0, dtype=torch.float32, device=None):
+    """Random logits as large as about `scale` in magnitude, each row with one clear winner: exp of
+    them overflows float32 unless the row's largest logit is subtracted first."""
+    noise = inputs.randn(*shape, seed=seed, dtype=torch.float64, device="cpu")
+    return (scale * noise.tanh()).to(dtype=dtype, device=_device(device))
+
+
+def special_points(dtype=torch.float64, device=None, large=1e4):
+    """A 1-D tensor of the points where formulas break: 0, tiny values of both signs, ±1, ±`large`."""
+    points = [0.0, 1e-30, -1e-30, 1e-8, -1e-8, 1.0, -1.0, large, -large]
+    return torch.tensor(points, dtype=dtype, device=_device(device))
+
+
+def non_contiguous(t):
+    """`t`'s values in a strided view with gaps (every other element of a buffer twice as wide in the
+    last dimension), as a slice of a larger tensor is. Same shape, dtype, device and values."""
+    if t.dim() == 0:
+        return t.clone()
+    buffer = torch.full((*t.shape[:-1], 2 * t.shape[-1]), float("nan"), dtype=t.dtype, device=t.device) \
+        if t.is_floating_point() else torch.zeros((*t.shape[:-1], 2 * t.shape[-1]), dtype=t.dtype, device=t.device)
+    view = buffer[..., ::2]
+    with torch.no_grad():
+        view.copy_(t)
+    return view.requires_grad_(t.requires_grad)  # a leaf of its own, as `t` is to the check that made it
+
+
+def transposed(t):
+    """`t`'s values stored column-major (a transpose's layout): same shape and values, not contiguous."""
+    if t.dim() < 2:
+        return non_contiguous(t)
+    return t.mT.contiguous().mT
+
+
+def expanded(row, n):
+    """`row` (first dimension 1) repeated `n` times along dimension 0 without copying (stride 0)."""
+    if row.shape[0] != 1:
+        raise ValueError(f"expanded() repeats a tensor whose first dimension is 1, got shape {tuple(row.shape)}")
+    return row.expand(n, *row.shape[1:])
+
+
+def batch_of_one(t):
+    """The first example of a batch, keeping the batch dimension: shape (1, ...)."""
+    return t[:1]
+
+
+def describe(stress, what="input"):
+    """The stress as a message names it: "a non-contiguous dout"."""
+    if stress not in STRESSES:
+        raise KeyError(f"unknown stress {stress!r}; the battery has: {', '.join(STRESSES)}")
+    return STRESSES[stress].format(what=what)
+
+
+def advice(stress, message):
+    """The usual reason `stress` breaks an answer whose failure says `message`."""
+    describe(stress)
+    for name, pattern, text in _ADVICE:
+        if name == stress and re.search(pattern, message):
+            return text
+    return ""
+
+
+@contextlib.contextmanager
+def trying(exercise, stress, what="input"):
+    """Run a check on a stressed input; a failure inside names the stress and the usual reason.
+
+    A GradingError (a wrong value, a raised exception, a NaN) becomes
+    "<exercise>: fails for <stress>: <advice>" followed by the check's own message.
+    """
+    what_text = describe(stress, what)
+    try:
+        yield
+    except GradingError as err:
+        message = str(err)
+        if f"fails for {what_text}" in message:  # already named by an inner `trying`
+            raise
+        raise GradingError(f"{exercise}: fails for {what_text}: {advice(stress, message)}\n{message}") from None

@@ -1,0 +1,196 @@
+"""What the "learner derives" tests read in a notebook: the text before each exercise, its hints,
+and the expressions of the reference solution that must not appear there.
+
+The rule (curriculum, "The learner derives"): before a graded exercise the notebook gives what is
+needed to derive the answer, never the answer. Two kinds of answer are looked for in the text
+before a solution cell, outside the collapsed `<details>` hints:
+- the reference's own expressions, with names normalised (a renamed copy is still a copy),
+  searched in code cells and in the code of markdown cells;
+- the written forms of the answer that the solution cell declares in its metadata
+  (`course.answer_forms`: a formula in LaTeX, a key line of code), searched everywhere.
+"""
+import ast
+import builtins
+import io
+import keyword
+import re
+import tokenize
+
+import course
+
+# A sub-expression of the reference shorter than this (in tokens, names normalised) is too generic
+# to be an answer: `x . sum ( 0 )` is in every notebook.
+MIN_TOKENS = 10
+# Names kept as they are when normalising: builtins and torch.func's API say what an expression
+# does (`vmap(grad(f))` whether imported or written `torch.func.vmap(...)`), a learner's own names do not.
+KEPT_NAMES = set(dir(builtins)) | {"vmap", "grad", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "functional_call"}
+# Module prefixes dropped when normalising: `torch.nn.utils.clip_grad_norm_(...)` and
+# `nn.utils.clip_grad_norm_(...)` are the same expression.
+MODULES = {"torch", "func", "nn", "F", "functional", "utils", "autograd", "graph", "np", "math", "tl", "triton",
+           "graphviz", "copy", "checkpoint"}
+# Calls that only allocate or describe a tensor: an expression made of them is not an answer.
+ALLOCATIONS = {"zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like", "arange",
+               "tensor", "randn", "rand", "randint", "Size", "dtype", "device", "shape", "size", "numel", "to",
+               "float", "double", "int", "len", "range", "isinstance", "tuple", "list", "dict", "zip"}
+DETAILS = re.compile(r"<details\b.*?</details>", re.S | re.I)
+HINT = re.compile(r"<details\b[^>]*>\s*<summary>(.*?)</summary>", re.S | re.I)
+CODE_IN_MARKDOWN = re.compile(r"```[a-z]*\n(.*?)```|`([^`\n]+)`", re.S)
+SHOW_QUESTION = re.compile(r"show_question\(\s*['\"]([\w-]+)['\"]\s*,\s*['\"]([\w-]+)['\"]\s*\)")
+
+
+def normalised_tokens(source: str) -> list:
+    """Tokens of Python `source` with a learner's own names replaced by `_` (attributes, keywords,
+    builtins and torch.func's API kept, module prefixes dropped), strings by `S`; [] where it does
+    not tokenize."""
+    try:
+        raw = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
+               if t.type in (tokenize.NAME, tokenize.OP, tokenize.NUMBER, tokenize.STRING)]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return []
+    out, i = [], 0
+    while i < len(raw):
+        tok, after_dot = raw[i], bool(out) and out[-1] == "."
+        if tok.type == tokenize.NAME and tok.string in MODULES and not after_dot \
+                and i + 1 < len(raw) and raw[i + 1].string == ".":
+            i += 2  # `torch .` dropped; what follows is read as the start of the expression
+            while i + 1 < len(raw) and raw[i].string in MODULES and raw[i + 1].string == ".":
+                i += 2
+            if i < len(raw) and raw[i].type == tokenize.NAME:
+                out.append(raw[i].string)
+                i += 1
+            continue
+        if tok.type == tokenize.NAME:
+            keep = after_dot or keyword.iskeyword(tok.string) or tok.string in KEPT_NAMES
+            out.append(tok.string if keep else "_")
+        elif tok.type == tokenize.STRING:
+            out.append("S")
+        else:
+            out.append(tok.string)
+        i += 1
+    return out
+
+
+def normalised(source: str) -> str:
+    return " ".join(normalised_tokens(source))
+
+
+def solution_body(cell) -> str:
+    return cell.source.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+
+
+def _dedented(body: str) -> str:
+    lines = [line for line in body.splitlines() if line.strip()]
+    indent = min((len(line) - len(line.lstrip()) for line in lines), default=0)
+    return "\n".join(line[indent:] for line in body.splitlines())
+
+
+def _allocation_only(node) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Lambda, ast.Subscript)):
+            return False
+        if isinstance(sub, ast.Call):
+            name = sub.func.attr if isinstance(sub.func, ast.Attribute) else getattr(sub.func, "id", "")
+            if name not in ALLOCATIONS:
+                return False
+    return True
+
+
+def key_expressions(body: str) -> set:
+    """The reference's expressions long enough to be an answer, each as normalised text."""
+    try:
+        tree = ast.parse(_dedented(body))
+    except SyntaxError:
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.expr) or _allocation_only(node):
+            continue
+        tokens = normalised_tokens(ast.unparse(node))
+        if len(tokens) >= MIN_TOKENS:
+            found.add(" ".join(tokens))
+    return found
+
+
+def _outside_details(markdown: str) -> str:
+    return DETAILS.sub(" ", markdown)
+
+
+def code_of(cell, hints_removed=True) -> list:
+    """The Python a cell shows: a code cell's source, or the code blocks and spans of a markdown cell."""
+    if cell.cell_type == "code":
+        return [cell.source]
+    text = _outside_details(cell.source) if hints_removed else cell.source
+    return [block or span for block, span in CODE_IN_MARKDOWN.findall(text)]
+
+
+def squeezed(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def course_meta(cell) -> dict:
+    return cell.get("metadata", {}).get("course", {})
+
+
+def exercises(solution_nb) -> list:
+    """[(name, index of its solution cell, solution cell)] in notebook order."""
+    return [(course.nbgrader_meta(c)["grade_id"].removesuffix("_solution"), i, c)
+            for i, c in enumerate(solution_nb.cells)
+            if course.nbgrader_meta(c).get("solution") and c.cell_type == "code"]
+
+
+def index_in(nb, name: str) -> int:
+    """Index of the solution cell of `name` in a notebook (release or source)."""
+    for i, c in enumerate(nb.cells):
+        if course.nbgrader_meta(c).get("grade_id") == f"{name}_solution":
+            return i
+    raise KeyError(name)
+
+
+def leaks(nb, index: int, expressions: set, forms: list) -> list:
+    """What the cells before `index` show of the answer: [(cell number, what)], outside hints."""
+    found = []
+    for number, cell in enumerate(nb.cells[:index]):
+        shown = " \n ".join(normalised(code) for code in code_of(cell))
+        for expression in expressions:
+            if expression in shown:
+                found.append((number, f"the reference's expression `{expression}`"))
+        text = squeezed(_outside_details(cell.source) if cell.cell_type == "markdown" else cell.source)
+        for form in forms:
+            if squeezed(form) in text:
+                found.append((number, f"the answer form {form!r}"))
+    return found
+
+
+def region_before(nb, index: int) -> tuple:
+    """(cells between the previous exercise group and this one, the names of this one's group).
+
+    Solution cells with nothing between them (03's vjp_relu, vjp_sigmoid, vjp_tanh) form a group
+    whose hints and questions all come before its first cell."""
+    first = index
+    while first > 0 and course.nbgrader_meta(nb.cells[first - 1]).get("solution"):
+        first -= 1
+    last = index
+    while last + 1 < len(nb.cells) and course.nbgrader_meta(nb.cells[last + 1]).get("solution"):
+        last += 1
+    start = first
+    while start > 0 and not course.nbgrader_meta(nb.cells[start - 1]).get("solution"):
+        start -= 1
+    group = [course.nbgrader_meta(c)["grade_id"].removesuffix("_solution") for c in nb.cells[first:last + 1]]
+    return nb.cells[start:first], group
+
+
+def hints_for(nb, index: int, name: str) -> list:
+    """The hint summaries that belong to the exercise at `index`: in its region, and naming it when
+    its group holds several exercises."""
+    cells, group = region_before(nb, index)
+    summaries = [s for c in cells if c.cell_type == "markdown" for s in HINT.findall(c.source)
+                 if "hint" in s.lower()]
+    if len(group) > 1:
+        summaries = [s for s in summaries if re.search(rf"\b{re.escape(name)}\b", s)]
+    return summaries
+
+
+def questions_before(nb, index: int) -> list:
+    """[(notebook, question id)] of the show_question calls in the region before the exercise."""
+    cells, _group = region_before(nb, index)
+    return [m for c in cells if c.cell_type == "code" for m in SHOW_QUESTION.findall(c.source)]
