@@ -107,6 +107,8 @@ def test_wrong_implementation_is_rejected_with_a_message(case, mode):
     assert failures, f"the grade cells of {name} accept a wrong answer: {label}"
     assert any(isinstance(err, GradingError) for err in failures), \
         f"{label}: failed without a grading message: {failures}"
+    if fn.says:
+        assert any(fn.says in str(err) for err in failures), f"{label}: no message says {fn.says!r}: {failures}"
 
 
 @pytest.mark.parametrize("mode", MODES)
