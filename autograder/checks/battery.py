@@ -88,16 +88,21 @@ def special_points(dtype=torch.float64, device=None, large=1e4):
 
 
 def non_contiguous(t):
-    """`t`'s values in a strided view with gaps (every other element of a buffer twice as wide in the
-    last dimension), as a slice of a larger tensor is. Same shape, dtype, device and values."""
+    """`t`'s values in a strided view with gaps, as a slice of a larger tensor is: every dimension
+    but the first padded by one element and the last read every other element, so that no two
+    dimensions can be merged (`.view(-1, D)` fails; `.reshape` copies). Same shape, dtype, device,
+    values and requires_grad, as a leaf of its own."""
     if t.dim() == 0:
         return t.clone()
-    buffer = torch.full((*t.shape[:-1], 2 * t.shape[-1]), float("nan"), dtype=t.dtype, device=t.device) \
-        if t.is_floating_point() else torch.zeros((*t.shape[:-1], 2 * t.shape[-1]), dtype=t.dtype, device=t.device)
-    view = buffer[..., ::2]
+    *outer, last = t.shape
+    padded = (*outer[:1], *(size + 1 for size in outer[1:]), 2 * last + 1)
+    buffer = torch.zeros(padded, dtype=t.dtype, device=t.device)
+    if t.is_floating_point():
+        buffer.fill_(float("nan"))  # a read of the gaps shows up as NaN
+    view = buffer[(slice(None), *(slice(0, size) for size in outer[1:]), slice(0, 2 * last, 2))]
     with torch.no_grad():
         view.copy_(t)
-    return view.requires_grad_(t.requires_grad)  # a leaf of its own, as `t` is to the check that made it
+    return view.requires_grad_(t.requires_grad)
 
 
 def transposed(t):
