@@ -99,7 +99,7 @@ def non_contiguous(t):
     buffer = torch.zeros(padded, dtype=t.dtype, device=t.device)
     if t.is_floating_point():
         buffer.fill_(float("nan"))  # a read of the gaps shows up as NaN
-    view = buffer[(slice(None), *(slice(0, size) for size in outer[1:]), slice(0, 2 * last, 2))]
+    view = buffer[(*(slice(0, size) for size in outer), slice(0, 2 * last, 2))]
     with torch.no_grad():
         view.copy_(t)
     return view.requires_grad_(t.requires_grad)
