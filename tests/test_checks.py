@@ -192,3 +192,18 @@ def test_forbid_takes_an_autograd_function_class():
     text = message(checks.call_student, "ex", by_function, torch.ones(2, requires_grad=True),
                    forbid=(CheckpointFunction,))
     assert "CheckpointFunction" in text
+
+
+@pytest.mark.parametrize("length", [499, 500, 501, 523, 5_000, 5_000_000])
+def test_capped_fits_its_limit_counts_what_it_cut_and_capping_again_changes_nothing(length):
+    """A message capped where it is stored and again where it is reported (scores.csv) once ended
+    with "[22 more characters]": the marker's own length, not what was cut."""
+    from autograder.checks.compare import capped
+    text = "y" * length
+    once = capped(text, 500)
+    assert len(once) <= 500 and capped(once, 500) == once
+    if length > 500:
+        kept = once.index("…")
+        assert once.endswith(f"[{length - kept:,} more characters]") and kept > 450
+    else:
+        assert once == text

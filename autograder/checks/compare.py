@@ -34,12 +34,15 @@ def describe(value) -> str:
 
 
 def capped(text, limit: int) -> str:
-    """`text` cut to `limit` characters, saying how much was cut: a message from student code can
-    be any length, and wherever it is sent or stored it must stay small."""
+    """`text` cut to at most `limit` characters, the marker included, saying how many were cut: a
+    message from student code can be any length, and wherever it is sent or stored it must stay
+    small. Capping again changes nothing (a capped text fits its limit), so a count is never the
+    marker's own length."""
     text = str(text)
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}… [{len(text) - limit:,} more characters]"
+    keep = max(0, limit - len(f"… [{len(text):,} more characters]"))  # the longest the marker can be
+    return f"{text[:keep]}… [{len(text) - keep:,} more characters]"
 
 
 def describe_inputs(inputs) -> str:
