@@ -225,7 +225,10 @@ BROKEN = {  # student -> (what the file in submitted/ is, the reason failures.cs
     "misnamed_notebook": ("misnamed", "no 01_chain_rule.ipynb in submitted/misnamed_notebook/01_chain_rule "
                                       "(found: my_chain_rule.ipynb)"),
     "symlinked_folder": ("linked_folder", "submitted/symlinked_folder is a symbolic link: not followed"),
+    "folder_as_notebook": ("folder", "is a folder, not a notebook file"),
 }
+# Student folders whose names would split a row of nbgrader's export: refused, reported, never recorded.
+UNSAFE_FOLDERS = ["comma,student", 'quote"student', "new\nline"]
 ZIPS = {  # zip file name -> (expected score, the reason if it scores 0 without being graded)
     "zipped student.zip": (12, None),  # a member that climbs out (../../../) is read, never extracted
     "张伟.zip": (12, None),  # a name with no ASCII letter or digit still gives a stable id
@@ -237,6 +240,8 @@ ZIPS = {  # zip file name -> (expected score, the reason if it scores 0 without 
     "zip_bomb.zip": (0, "unpacks to 41,943,040 bytes"),
     "misnamed_in_zip.zip": (0, "no 01_chain_rule.ipynb in misnamed_in_zip.zip (found: 01_chain_rule_final.ipynb)"),
     "link_member.zip": (0, "is a symbolic link: not followed"),
+    "José Alvarez.zip": (12, None),
+    f"{submissions.student_id('José Alvarez')}.zip": (12, None),  # a zip named like José's computed id
 }
 
 
@@ -333,6 +338,8 @@ def place_broken(root, student, what, released_text, secret_file):
         path.symlink_to(secret_file)
     elif what == "misnamed":
         (folder / "my_chain_rule.ipynb").write_text(released_text)
+    elif what == "folder":
+        path.mkdir()
 
 
 def build_zips(folder, root, released, perfect):
@@ -350,6 +357,8 @@ def build_zips(folder, root, released, perfect):
         "zip_bomb.zip": zip_bytes({f"{NAME}.ipynb": b"0" * 40 * 2**20}),
         "misnamed_in_zip.zip": zip_bytes({f"{NAME}_final.ipynb": full}),
         "link_member.zip": zip_bytes({f"{NAME}.ipynb": b"/etc/shadow"}, link=f"{NAME}.ipynb"),
+        "José Alvarez.zip": zip_bytes({f"{NAME}.ipynb": full}),
+        f"{submissions.student_id('José Alvarez')}.zip": zip_bytes({f"{NAME}.ipynb": full}),
     }
     made["truncated.zip"] = made["zipped student.zip"][:len(made["zipped student.zip"]) // 2]
     for name, data in made.items():
@@ -429,6 +438,8 @@ def graded(tmp_path_factory):
         place(root, student, tamper(submission(released, answers), how))
     for student, (what, _) in BROKEN.items():
         place_broken(root, student, what, nbformat.writes(submission(released, perfect)), secret_file)
+    for student in UNSAFE_FOLDERS:
+        place(root, student, submission(released, perfect))
 
     zips = root / "lms_downloads"
     zips.mkdir()
@@ -478,7 +489,24 @@ def test_every_submission_gets_its_intended_score_in_the_export_and_the_report(g
              if exported.get(s) != expected[s]}
     assert exported == expected, wrong
     assert reported == expected
-    assert set(result.outcomes) == {(s, NAME) for s in expected}
+    unsafe = {(submissions.describe(s), NAME) for s in UNSAFE_FOLDERS}
+    assert set(result.outcomes) == {(s, NAME) for s in expected} | unsafe
+
+
+def test_a_student_folder_that_would_split_an_export_row_is_refused_with_the_reason(graded):
+    with open(graded.root / "reports" / "failures.csv") as f:
+        why = {row["student"]: row["problem"] for row in csv.DictReader(f) if row["graded"] == "no"}
+    for folder in UNSAFE_FOLDERS:
+        assert "rename it to grade it" in why[submissions.describe(folder)]
+    with open(graded.root / "grades.csv") as f:
+        assert not any(c in f.read() for c in ('"', "comma,student"))
+
+
+def test_no_zip_can_claim_the_id_another_students_name_computes_to(graded):
+    ids = graded.result.zip_ids
+    impostor = f"{submissions.student_id('José Alvarez')}.zip"
+    assert ids["José Alvarez.zip"] != ids[impostor]
+    assert {graded.result.outcomes[(ids[z], NAME)].graded for z in ("José Alvarez.zip", impostor)} == {True}
 
 
 def test_each_broken_file_is_that_students_zero_with_the_reason(graded):
@@ -487,6 +515,7 @@ def test_each_broken_file_is_that_students_zero_with_the_reason(graded):
         why = {row["student"]: row["problem"] for row in csv.DictReader(f) if row["graded"] == "no"}
     expected = {s: reason for s, (_, reason) in BROKEN.items()}
     expected |= {result.zip_ids[z]: reason for z, (_, reason) in ZIPS.items() if reason}
+    expected |= {submissions.describe(s): "rename it to grade it" for s in UNSAFE_FOLDERS}
     assert set(why) == set(expected)
     for student, reason in expected.items():
         assert reason in why[student], (student, why[student])
@@ -625,6 +654,8 @@ def test_student_ids_are_stable_distinct_and_plain():
     assert submissions.student_id("Jose_Garcia") == "Jose_Garcia"
     assert submissions.student_id("José García").startswith("Jose_Garcia-")
     assert re.fullmatch(r"student-[0-9a-f]{8}", submissions.student_id("张伟"))
+    computed = submissions.student_id("José Alvarez")
+    assert submissions.student_id(computed) != computed, "a plain name cannot take a computed id"
 
 
 def test_the_report_has_every_student_and_exercise(graded, tmp_path):

@@ -222,10 +222,13 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
         try:
             with clock("read, check and rebuild submissions"):
                 sources = {name: sanitize.load_source(recorder.gb, name) for name in names}
-                jobs, blocked = _prepare_all(root, names, sources, problems)
+                jobs, blocked, unrecorded = _prepare_all(root, names, sources, problems)
             with clock("record submissions not graded"):
                 for key, reason in blocked.items():
-                    _record(recorder, outcomes, key, reason=reason)
+                    if key in unrecorded:  # a student id the gradebook cannot hold: reported only
+                        outcomes[key] = recording.Outcome(*key, False, reason=recording.capped(reason))
+                    else:
+                        _record(recorder, outcomes, key, reason=reason)
             names_of = {name: None if plain else trusted_names(root, name) for name in names}
             hidden = [str(p) for p in isolation.secrets_of(root)]
             keys = {name: str(key) if plain and (key := root / "solutions" / name / "answer_key.py").is_file()
@@ -268,11 +271,13 @@ class Phases:
 
 
 def _prepare_all(root, names, sources, problems) -> tuple:
-    """([(key, notebook to run, notes)], {key: why it cannot be graded}) for every submission."""
+    """([(key, notebook to run, notes)], {key: why it cannot be graded}, {keys never to record in
+    the gradebook}) for every submission."""
     found, more = submissions.find_submissions(root, names)
     blocked = {}
     for problem in problems + more:
         blocked.setdefault((problem.student, problem.assignment), problem.reason)
+    unrecorded = {(p.student, p.assignment) for p in problems + more if not p.recorded}
     jobs = []
     for sub in found:
         key = (sub.student, sub.assignment)
@@ -283,8 +288,11 @@ def _prepare_all(root, names, sources, problems) -> tuple:
         except submissions.NotGradable as err:
             blocked[key] = str(err)
             continue
+        except Exception as err:  # whatever else one file does, it is that submission's problem only
+            blocked[key] = recording.capped(f"could not be prepared for grading ({type(err).__name__}: {err})")
+            continue
         jobs.append((key, nb, notes))
-    return jobs, blocked
+    return jobs, blocked, unrecorded
 
 
 def _collect(future, key, nb, notes, recorder, outcomes, sources):

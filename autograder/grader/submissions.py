@@ -26,6 +26,10 @@ import nbformat
 
 MAX_NOTEBOOK_BYTES = 32 * 2**20  # a notebook of this course is well under 1 MB; outputs are cleared anyway
 _PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_COMPUTED_ID = re.compile(r".*-[0-9a-f]{8}")  # what student_id makes of a name that is not a plain id
+# A folder in submitted/ whose name would break a row of nbgrader's export (which does not quote)
+# or a line of a report: control characters, commas and quotes.
+_UNSAFE_FOLDER = re.compile(r"[\x00-\x1f\x7f,\"'`]")
 
 
 class NotGradable(Exception):
@@ -45,17 +49,19 @@ class Problem:
     student: str
     assignment: str
     reason: str
-
+    recorded: bool = True  # False: reported only, never written to the gradebook under this name
 
 def student_id(name: str) -> str:
     """A stable folder name for a student, from an LMS download's file name.
 
     A name that is already a plain id stays as it is. Any other (spaces, accents, other scripts) gets
     its ASCII letters and digits (accents dropped) plus a short hash of the whole name, so two names
-    that read alike never share an id, and the same name always gives the same one.
+    that read alike never share an id, and the same name always gives the same one. A plain name
+    that looks like such an id ("Jose_Alvarez-6c15c012") is hashed too, so no zip can claim the id
+    another student's name computes to.
     """
     name = unicodedata.normalize("NFC", name)
-    if _PLAIN_ID.fullmatch(name):
+    if _PLAIN_ID.fullmatch(name) and not _COMPUTED_ID.fullmatch(name):
         return name
     ascii_ = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
     slug = re.sub(r"[^A-Za-z0-9]+", "_", ascii_).strip("_")[:40] or "student"
@@ -84,10 +90,12 @@ def read_bounded(path: pathlib.Path, limit: int = MAX_NOTEBOOK_BYTES, label: str
         if _is_link(path):
             raise NotGradable(f"{label} is a symbolic link: not followed") from None
         raise NotGradable(f"{label} cannot be opened ({err.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # a folder opens too, then fails to read (IsADirectoryError)
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise NotGradable(f"{label} is {kind}, not a notebook file")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise NotGradable(f"{label} is not a regular file")
         if info.st_size > limit:
             raise NotGradable(f"{label} holds {info.st_size:,} bytes; a notebook may hold {limit:,}")
         data = f.read(limit + 1)
@@ -136,6 +144,11 @@ def find_submissions(root: pathlib.Path, names: list) -> tuple:
     for folder in sorted(base.iterdir()):
         student = folder.name
         if student.startswith("."):
+            continue
+        if _UNSAFE_FOLDER.search(student):
+            unsafe = (f"the student folder submitted/{describe(student)} has a control character, comma or quote "
+                      "in its name, which would break the gradebook's export: rename it to grade it")
+            problems += [Problem(describe(student), name, unsafe, recorded=False) for name in names]
             continue
         if _is_link(folder):
             link = f"{describe(folder.relative_to(root))} is a symbolic link: not followed"
