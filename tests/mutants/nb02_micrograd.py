@@ -577,11 +577,15 @@ class AltMLP(AltModule):
                     p.grad = 0.0
 
 
+class Names(dict):
+    """{name: class}: an entry of several names (a dict that can carry the catalogue's `says`)."""
+
+
 def _mlp_names(neuron=AltNeuron, layer=None, mlp=None, **overrides):
     """{Value, Neuron, Layer, MLP} on AltValue, with some classes replaced."""
     layer = layer or type("Layer", (AltLayer,), {"neuron_class": neuron})
     mlp = mlp or type("MLP", (AltMLP,), {"layer_class": layer, **overrides})
-    return {"Value": AltValue, "Neuron": neuron, "Layer": layer, "MLP": mlp}
+    return Names(Value=AltValue, Neuron=neuron, Layer=layer, MLP=mlp)
 
 
 right_("MLP", "explicit loops, zero_grad through the layers, on AltValue")(_mlp_names())
