@@ -188,7 +188,7 @@ def test_review_shows_the_scheduled_questions(plain, monkeypatch):
     assert len(shown) == 4 and "Review: 3 questions" in shown[0].data and "0 questions due" in shown[0].data
     due = review.schedule("03_vjp", count=3)
     if plain:
-        assert f"answer({due[0].question.notebook!r}, {due[0].question.id!r}, " in shown[1].data
+        assert f"answer({due[0].question.notebook!r}, " in shown[1].data and due[0].question.prompt in shown[1].data
         assert "review='03_vjp'" in shown[1].data
         assert f"from {due[0].question.notebook}: not answered yet" in shown[1].data
 
@@ -220,7 +220,186 @@ def test_review_answers_are_saved_as_reviews_and_reschedule(private_progress, ca
 def test_review_recall_answers_in_plain_text(capsys):
     q = questions("01_chain_rule", "recall")[0]
     quiz.answer(q.notebook, q.id, "my words", review="02_micrograd")
-    assert "review='02_micrograd'" in capsys.readouterr().out
+    assert capsys.readouterr().out.startswith("Model answer")
     quiz.rate(q.notebook, q.id, "my words", 1, review="02_micrograd")
     (saved,) = progress_file.attempts(q.notebook)
     assert (saved["rating"], saved["review"]) == (1, "02_micrograd")
+
+
+# --- every notebook, the last one included: the review notebook ---------------------------------------
+def test_every_question_of_every_notebook_has_a_card():
+    """No section is left out of the schedule (a question without a card would never come back)."""
+    notebooks = review.course_notebooks()
+    assert sorted(keys(review.cards(notebooks, []))) == sorted(
+        (q.notebook, q.id) for n in notebooks for q in quiz_schema.all_questions(n))
+
+
+def test_the_last_notebooks_questions_come_back_only_in_the_review_notebook():
+    """A notebook's review draws on the notebooks before it, so the last one's never come back there."""
+    *_, last = review.course_notebooks()
+    q = questions(last, "numeric")[0]
+    history = [judged(q, False)]
+    later = at("2025-03-01", 10, 11)
+    everywhere = [c for n in review.course_notebooks() for c in review.schedule(n, count=1000, attempts=history,
+                                                                                now=later)]
+    assert all(c.question.notebook != last for c in everywhere)
+    first = review.session(attempts=history, now=later)[0]
+    assert (first.question, first.note) == (q, "you missed it last time (2025-03-01)")
+
+
+def test_without_history_the_session_starts_with_the_concept_checks_last_notebook_first():
+    notebooks = review.course_notebooks()
+    shown = review.session(count=len(notebooks), attempts=[])
+    assert [c.question for c in shown] == [quiz.load_quiz(n)["concept_check"][1][0] for n in reversed(notebooks)]
+
+
+def test_the_session_puts_the_most_overdue_first_whatever_the_notebook():
+    """Notebook reviews take turns between notebooks; the review notebook does not: with a cap, the
+    questions most likely forgotten are the ones shown."""
+    a, b = questions("01_chain_rule", "numeric")[:2]
+    c = questions("02_micrograd", "numeric")[0]
+    history = [judged(a, True, "2025-01-01"), judged(b, True, "2025-01-02"), judged(c, True, "2025-02-20")]
+    now = at("2025-03-01")
+    shown = review.session(count=3, attempts=history, now=now)
+    assert keys(shown) == [("01_chain_rule", a.id), ("01_chain_rule", b.id), ("02_micrograd", c.id)]
+    assert [x.recall_chance(now) for x in shown] == sorted(x.recall_chance(now) for x in shown)
+    assert keys(review.rank_due(review.cards(["01_chain_rule", "02_micrograd"], history), now))[1] == (
+        "02_micrograd", c.id)  # where a notebook's review would take turns
+
+
+def test_the_session_fills_with_new_questions_of_the_notebooks_you_worked_in():
+    q = questions("02_micrograd", "numeric")[0]
+    shown = review.session(count=1000, attempts=[judged(q, False)], now=at("2025-03-01", 10, 11))
+    assert keys(shown[:1]) == [("02_micrograd", q.id)]
+    assert {c.question.notebook for c in shown} == {"02_micrograd"}
+    assert len(shown) == len(quiz_schema.all_questions("02_micrograd"))
+
+
+def write_history(path, attempts):
+    path.write_text("".join(json.dumps({"type": "attempt", **a}) + "\n" for a in attempts))
+
+
+def show_due_output(monkeypatch, now, count=review.SESSION_COUNT):
+    shown = []
+    monkeypatch.setattr(quiz, "display", shown.append)
+    monkeypatch.setattr(review, "display", shown.append)
+    monkeypatch.setattr(review, "_now", lambda _: now)
+    review.show_due(count)
+    return shown
+
+
+def test_the_review_notebook_caps_a_session_and_says_how_to_ask_for_more(private_progress, monkeypatch):
+    everything = [q for n in review.course_notebooks() for q in quiz_schema.all_questions(n) if q.kind == "numeric"]
+    write_history(private_progress, [judged(q, False) for q in everything[:13]])
+    shown = show_due_output(monkeypatch, at("2025-03-01", 11))
+    text = shown[0].data
+    assert len(shown) == 1 + review.SESSION_COUNT
+    assert "Review: 10 questions from all notebooks" in text and "**13 questions due** from all notebooks" in text
+    new = sum(len(quiz_schema.all_questions(n)) for n in {q.notebook for q in everything[:13]}) - 13
+    assert f"{new} never answered" in text
+    assert f"{13 + new - 10} more wait" in text and f"`review.show_due(count={13 + new})`" in text
+    assert len(show_due_output(monkeypatch, at("2025-03-01", 11), count=13 + new)) == 1 + 13 + new
+
+
+def test_the_review_notebook_says_when_nothing_is_due(private_progress, monkeypatch, capsys):
+    everything = quiz_schema.all_questions("01_chain_rule")
+    write_history(private_progress, [judged(q, True) if q.kind != "recall" else rated(q, 3) for q in everything])
+    shown = show_due_output(monkeypatch, at("2025-03-01", 12))
+    assert len(shown) == 1 and "**0 questions due**" in shown[0].data and "more wait" not in shown[0].data
+    assert "comes back on 2025-03-03" in shown[0].data
+    assert "Nothing is due now" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_review_notebook_answers_are_saved_as_reviews(plain, monkeypatch, capsys):
+    if plain:
+        monkeypatch.setenv(quiz.PLAIN_ENV_VAR, "1")
+    *_, last = review.course_notebooks()
+    shown = show_due_output(monkeypatch, datetime.datetime.now(UTC), count=1)
+    first = review.session(count=1)[0].question
+    assert first.notebook == last
+    if plain:
+        assert f"review={review.REVIEW_NOTEBOOK!r}" in shown[1].data and first.prompt in shown[1].data
+        assert f"from {last}: not answered yet" in shown[1].data
+    else:
+        assert type(shown[1]).__name__ == "VBox"
+    capsys.readouterr()
+    if first.kind == "recall":
+        quiz.rate(first.notebook, first.id, "my words", 0, review=review.REVIEW_NOTEBOOK)
+    else:
+        quiz.answer(first.notebook, first.id, "a" if first.kind == "choice" else "123456789",
+                    review=review.REVIEW_NOTEBOOK)
+    (saved,) = progress_file.attempts()
+    assert saved["review"] == review.REVIEW_NOTEBOOK and saved["question"] == first.id
+
+
+# --- derive questions (a quiz file's optional last section) --------------------------------------------
+DERIVE_QUIZ = """\
+notebook: {name}
+sections:
+  predict:
+    title: Predict
+    questions:
+      - {{id: guess, kind: numeric, prompt: "How many?", answer: 3, why: "Three."}}
+  retrieve:
+    title: Retrieve
+    questions:
+      - {{id: name-it, kind: short, level: factual, prompt: "Which error?", accept: [KeyError], why: "A key."}}
+  concept_check:
+    title: Concept check
+    questions:
+      - {{id: explain, kind: recall, prompt: "Why?", answer: "Because."}}
+"""
+DERIVE_SECTION = """\
+  derive:
+    title: Derive before you code
+    questions:
+      - {id: shape-of-dw, kind: short, prompt: "Shape of dW for x of shape (4, 3), W of (3, 2)?",
+         accept: ["(3, 2)", "torch.Size([3, 2])"], why: "dW = x.T @ dout has W's shape."}
+      - {id: value-at-zero, kind: numeric, prompt: "tanh'(0)?", answer: 1, why: "1 - tanh(0)**2."}
+      - {id: the-rule, kind: recall, prompt: "The local rule of a product?", answer: "d(ab) = a db + b da"}
+"""
+
+
+@pytest.fixture
+def derive_course(tmp_path, monkeypatch):
+    """A course of two notebooks whose second has a derive section."""
+    folder = tmp_path / "quizzes"
+    folder.mkdir()
+    (folder / "01_first.yaml").write_text(DERIVE_QUIZ.format(name="01_first"))
+    (folder / "02_second.yaml").write_text(DERIVE_QUIZ.format(name="02_second") + DERIVE_SECTION)
+    monkeypatch.setattr(quiz_schema, "quiz_folder", lambda: folder)
+    return [q for q in quiz_schema.all_questions("02_second") if q.section == "derive"]
+
+
+def test_derive_questions_are_scheduled_after_retrieve_before_predict(derive_course):
+    order = [(q.notebook, q.section) for q in review.default_order(["02_second"])]
+    assert order == [("02_second", s) for s in ("concept_check", "retrieve", "derive", "derive", "derive", "predict")]
+    assert {c.question for c in review.cards(["02_second"], [])} >= set(derive_course)
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_derive_questions_answered_in_their_notebook_come_back_in_reviews(derive_course, plain, monkeypatch,
+                                                                           capsys):
+    if plain:
+        monkeypatch.setenv(quiz.PLAIN_ENV_VAR, "1")
+    shape, value, rule = derive_course
+    quiz.answer("02_second", shape.id, "(2, 3)")  # in its own notebook, just before the exercise: wrong
+    quiz.answer("02_second", value.id, "1")
+    quiz.answer("02_second", rule.id, "my words")
+    quiz.rate("02_second", rule.id, "my words", 0)
+    capsys.readouterr()
+    later = datetime.datetime.now(UTC) + datetime.timedelta(minutes=11)
+    due = review.session(count=2, now=later)
+    assert {c.question for c in due} == {shape, rule} and all(c.is_due(later) for c in due)
+    assert not next(c for c in review.cards(["02_second"]) if c.question == value).is_due(later)  # right
+    shown = show_due_output(monkeypatch, later, count=2)
+    assert "**2 questions due**" in shown[0].data and len(shown) == 3
+    if plain:
+        (text,) = [s.data for s in shown[1:] if shape.prompt in s.data]
+        assert "answer('02_second', " in text and "review='review')" in text
+    capsys.readouterr()
+    quiz.answer("02_second", shape.id, "torch.Size([3, 2])", review=review.REVIEW_NOTEBOOK)
+    assert capsys.readouterr().out.startswith("Correct")
+    assert shape not in {c.question for c in review.session(count=10, now=later + datetime.timedelta(minutes=1))
+                         if c.is_due(later + datetime.timedelta(minutes=1))}

@@ -1,14 +1,15 @@
-"""Spaced retrieval: each notebook from 02 on opens with the earlier notebooks' questions that are due.
+"""Spaced retrieval: each notebook from 02 on opens with the earlier notebooks' questions that are due,
+and the review notebook (``notebooks/review.ipynb``) serves every notebook's, after the course too.
 
 Why: a question answered once and never again is soon forgotten; one that comes back just as it is
 about to be forgotten is kept, and each successful recall lets it stay away longer. The review reads
 your history from the progress file (``autograder.learner.progress_file``) and schedules every quiz
-question of the earlier notebooks (course order: the sorted names of
-``autograder/learner/quizzes/*.yaml``) with FSRS, the Free Spaced Repetition Scheduler (the ``fsrs``
-package, its default parameters, desired retention 0.9, no random fuzz). The rules:
+question (course order: the sorted names of ``autograder/learner/quizzes/*.yaml``; every section,
+``derive`` included) with FSRS, the Free Spaced Repetition Scheduler (the ``fsrs`` package, its
+default parameters, desired retention 0.9, no random fuzz). The rules:
 
-- A *sitting* is one day in one notebook (the question's own notebook, or a later one whose review
-  showed it). Each sitting gives a question one grade:
+- A *sitting* is one day in one notebook (the question's own notebook, a later one whose review
+  showed it, or the review notebook). Each sitting gives a question one grade:
   a question the course judges (number, short answer, choice) by your *first* answer of the sitting
   (a second try after the feedback is reading, not recall): right is "good", wrong is "again";
   a free-recall question by your *last* self-rating of the sitting (so a mis-click can be corrected):
@@ -18,17 +19,24 @@ package, its default parameters, desired retention 0.9, no random fuzz). The rul
   "hard" after 15 minutes; a first "good" after about 2 days and an "easy" after about 8; each later
   success multiplies the interval (2, 11, 46 days ... for steady "good"), a later miss starts it
   short again.
-- A review shows ``count`` questions (5 by default) and says how many are due. First the questions
-  that are due, those you are least likely to recall now (FSRS's predicted recall) first, taking turns
-  between notebooks; then questions you have never answered, the most recent earlier notebook first,
-  taking turns between notebooks, and within a notebook the concept check, then "retrieve", then
-  "predict", in quiz order. A question that is not due is not shown: reviewing early is effort that
-  spacing would waste.
+- A notebook's opening review (``show``) draws on the notebooks before it, so the last notebook's
+  questions come back only in the review notebook. It shows ``count`` questions (5 by default) and
+  says how many are due. First the questions that are due, those you are least likely to recall now
+  (FSRS's predicted recall) first, taking turns between notebooks; then questions you have never
+  answered, the most recent earlier notebook first, taking turns between notebooks, and within a
+  notebook the concept check, then "retrieve", then "derive", then "predict", in quiz order. A
+  question that is not due is not shown: reviewing early is effort that spacing would waste.
+- The review notebook (``show_due``) draws on every notebook and shows at most ``count`` questions
+  (10 by default; answer them and run the cell again for the next ones, or ask for more with a
+  larger ``count``): the due ones, most overdue first (the lowest predicted recall, whatever the
+  notebook), then questions never answered from the notebooks whose questions you have answered
+  (from every notebook while you have answered none), in the default order above.
 
-With no history at all the review is that default order: the concept checks of the previous
-notebooks, the most recent first. Answers given in a review are saved like any quiz answer, with
-``"review": <the notebook that showed it>``. Files written before this schedule existed count
-too: every attempt with a time and a right/wrong or a rating is a grade.
+With no history at all a notebook's review is that default order: the concept checks of the
+previous notebooks, the most recent first. Answers given in a review are saved like any quiz answer,
+with ``"review": <the notebook that showed it>`` (``"review"`` for the review notebook). Files
+written before this schedule existed count too: every attempt with a time and a right/wrong or a
+rating is a grade.
 """
 import dataclasses
 import datetime
@@ -39,8 +47,10 @@ from IPython.display import Markdown, display
 
 from autograder.learner import progress_file, quiz, quiz_schema
 
-SECTION_ORDER = ("concept_check", "retrieve", "predict")
+SECTION_ORDER = ("concept_check", "retrieve", "derive", "predict")  # "derive" is optional in a quiz file
 DEFAULT_COUNT = 5
+REVIEW_NOTEBOOK = "review"  # notebooks/review.ipynb: its answers are saved with "review": "review"
+SESSION_COUNT = 10  # questions the review notebook shows at a time
 STEPS = (timedelta(minutes=10),)  # learning and relearning steps: a miss comes back after 10 minutes
 SCHEDULER = fsrs.Scheduler(learning_steps=STEPS, relearning_steps=STEPS, enable_fuzzing=False)
 GRADES = {"again": fsrs.Rating.Again, "hard": fsrs.Rating.Hard, "good": fsrs.Rating.Good,
@@ -175,11 +185,13 @@ class Card:
 
 
 def default_order(notebooks) -> list:
-    """Questions of `notebooks` for a learner with no history: the latest notebook first, taking turns."""
+    """Every question of `notebooks`, in the order for a learner with no history: the latest notebook
+    first, taking turns; a section SECTION_ORDER does not name comes last (no question is ever left out)."""
     queues = []
     for name in reversed(list(notebooks)):
         sections = quiz_schema.load_quiz(name)
-        queues.append([q for s in SECTION_ORDER for q in sections[s][1]])
+        order = [s for s in SECTION_ORDER if s in sections] + [s for s in sections if s not in SECTION_ORDER]
+        queues.append([q for s in order for q in sections[s][1]])
     return _take_turns(queues)
 
 
@@ -224,28 +236,55 @@ def rank_due(all_cards, now) -> list:
     return _take_turns(list(by_notebook.values()))
 
 
-def schedule(notebook: str, count: int = DEFAULT_COUNT, attempts=None, now=None) -> list:
-    """The `count` cards the review at the top of `notebook` shows, in order: due ones, then new ones."""
+def _check_count(count) -> None:
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ValueError(f"count is how many questions to review: a whole number from 1, got {count!r}")
+
+
+def local_time(moment) -> str:
+    """A due date as the learner reads it: local time, to the minute (a miss comes back in minutes)."""
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def schedule(notebook: str, count: int = DEFAULT_COUNT, attempts=None, now=None) -> list:
+    """The `count` cards the review at the top of `notebook` shows, in order: due ones, then new ones."""
+    _check_count(count)
     everything = cards(earlier_notebooks(notebook), attempts)
     return (rank_due(everything, _now(now)) + [c for c in everything if not c.seen])[:count]
 
 
+def _new_in_worked(everything) -> list:
+    """The never-answered cards of the notebooks with an answered question (of all, if none has one)."""
+    worked = {c.question.notebook for c in everything if c.seen}
+    return [c for c in everything if not c.seen and (not worked or c.question.notebook in worked)]
+
+
+def _session(everything, count, now) -> list:
+    due = sorted((c for c in everything if c.is_due(now)), key=lambda c: c.recall_chance(now))
+    return (due + _new_in_worked(everything))[:count]
+
+
+def session(count: int = SESSION_COUNT, attempts=None, now=None) -> list:
+    """The `count` cards the review notebook shows: every notebook's due ones, most overdue (least
+    likely recalled) first, then never-answered ones of the notebooks you have worked in."""
+    _check_count(count)
+    return _session(cards(course_notebooks(), attempts), count, _now(now))
+
+
+def _summary(everything, new, now, where) -> str:
+    due = [c for c in everything if c.is_due(now)]
+    waiting = sorted(c.due for c in everything if c.seen and not c.is_due(now))
+    text = (f"**{len(due)} question{'s' * (len(due) != 1)} due** {where} "
+            f"(answered before, and their interval has passed); {len(new)} never answered.")
+    if waiting:
+        text += f" The next one not yet due comes back on {local_time(waiting[0])}."
+    return text
+
+
 def summary(notebook: str, attempts=None, now=None) -> str:
     """One paragraph: how many questions are due, how many were never answered, when the next comes."""
-    now = _now(now)
     everything = cards(earlier_notebooks(notebook), attempts)
-    due = [c for c in everything if c.is_due(now)]
-    new = [c for c in everything if not c.seen]
-    waiting = sorted(c.due for c in everything if c.seen and not c.is_due(now))
-    parts = [f"**{len(due)} question{'s' * (len(due) != 1)} due** from earlier notebooks "
-             f"(answered before, and their interval has passed)",
-             f"{len(new)} never answered"]
-    text = "; ".join(parts) + "."
-    if waiting:
-        text += f" The next one not yet due comes back on {waiting[0].astimezone().strftime('%Y-%m-%d %H:%M')}."
-    return text
+    return _summary(everything, [c for c in everything if not c.seen], _now(now), "from earlier notebooks")
 
 
 def show(notebook: str, count: int = DEFAULT_COUNT) -> None:
@@ -265,3 +304,26 @@ def show(notebook: str, count: int = DEFAULT_COUNT) -> None:
         print("Nothing is due now: come back to this review later.")
         return
     quiz.display_questions([c.question for c in shown], review=notebook, notes=[c.note for c in shown])
+
+
+def show_due(count: int = SESSION_COUNT) -> None:
+    """Display the review notebook's session: up to `count` questions of every notebook, due ones first."""
+    _check_count(count)
+    attempts, now = progress_file.load()["attempts"], _now(None)
+    everything = cards(course_notebooks(), attempts)
+    new = _new_in_worked(everything)
+    waiting = sum(c.is_due(now) for c in everything) + len(new)
+    shown = _session(everything, count, now)
+    heading = f"### Review: {len(shown)} question{'s' * (len(shown) != 1)} from all notebooks\n\n"
+    more = ""
+    if waiting > len(shown):
+        more = (f"\n\n{waiting - len(shown)} more wait: answer these and run this cell again for the next "
+                f"ones, or show them all now with `review.show_due(count={waiting})`.")
+    rules = ("Due questions come first, the most overdue (least likely recalled) first, whatever their "
+             "notebook; then questions you have not answered yet. A miss brings a question back in ten "
+             "minutes, each success sends it away for longer (the rules are in `autograder/learner/review.py`).")
+    display(Markdown(heading + _summary(everything, new, now, "from all notebooks") + more + "\n\n" + rules))
+    if not shown:
+        print("Nothing is due now: the progress view below says when the next questions come back.")
+        return
+    quiz.display_questions([c.question for c in shown], review=REVIEW_NOTEBOOK, notes=[c.note for c in shown])
