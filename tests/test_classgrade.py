@@ -677,20 +677,25 @@ def test_feedback_and_formgrader_files_exist_for_graded_submissions_only(graded)
     assert not (root / "autograded" / "empty_file").exists()
 
 
-def test_a_submission_that_cannot_be_recorded_or_run_scores_zero_with_the_reason(graded, tmp_path):
-    """Recorded as not graded (what a dead worker leads to), in a copy of the class's gradebook."""
+def test_a_grader_side_failure_is_not_graded_and_never_a_zero_in_the_gradebook(graded, tmp_path):
+    """A worker that died or a grader that failed (what `_collect` records) leaves the gradebook as
+    it was; a problem of the student's files writes the 0 and the reason. In a copy of the class's
+    gradebook, on the perfect student graded 12 before."""
     root = graded.root
     shutil.copy(root / "gradebook.db", tmp_path)
     shutil.copy(root / "nbgrader_config.py", tmp_path)
     recorder = recording.Recorder(tmp_path)
     outcomes = {}
     try:
-        classgrade._record(recorder, outcomes, ("perfect", NAME), reason="the grading worker failed: KilledWorker")
+        classgrade._record(recorder, outcomes, ("perfect", NAME), reason="the grading worker failed: KilledWorker",
+                           grader_side=True)
+        classgrade._record(recorder, outcomes, ("blank", NAME), reason="submitted/blank/... is empty")
     finally:
         recorder.close()
-    assert not outcomes[("perfect", NAME)].graded
-    rows = [r for r in classgrade.scores(tmp_path, [NAME]) if r["student"] == "perfect"]
-    assert rows and all(r["score"] == 0 and "KilledWorker" in r["message"] for r in rows)
+    assert not outcomes[("perfect", NAME)].graded and outcomes[("perfect", NAME)].grader_side
+    rows = {r["student"]: r for r in classgrade.scores(tmp_path, [NAME]) if r["exercise"] == VICTIM}
+    assert rows["perfect"]["score"] > 0 and "KilledWorker" not in rows["perfect"]["message"]
+    assert rows["blank"]["score"] == 0 and "is empty" in rows["blank"]["message"]
 
 
 def test_scores_stay_within_each_cells_points():
@@ -841,3 +846,55 @@ def test_every_reference_solution_earns_full_marks_in_trusted_mode(name):
     failures = {course.nbgrader_meta(c)["grade_id"]: [o.get("evalue") for o in c.outputs if o.output_type == "error"]
                 for c in course.grade_cells(source)}
     assert problems == [] and {k: v for k, v in failures.items() if v} == {}
+
+
+def _course_of(root, name):
+    """A course directory holding one notebook (and its answer key), its release and a perfect student."""
+    shutil.copy(course.ROOT / "nbgrader_config.py", root)
+    shutil.copytree(course.SOLUTIONS / name, root / "solutions" / name)
+    run = classgrade.nbgrader_runner(root)
+    classgrade.ensure_in_gradebook(root, [name], run)
+    released = course.read(root / "release" / name / f"{name}.ipynb")
+    solution = course.read(course.solution_path(name))
+    answers = {course.nbgrader_meta(c)["grade_id"]: c.source for c in course.solution_cells(solution)}
+    for cell in released.cells:
+        if course.nbgrader_meta(cell).get("grade_id") in answers:
+            cell.source = answers[course.nbgrader_meta(cell)["grade_id"]]
+    folder = root / "submitted" / "perfect" / name
+    folder.mkdir(parents=True)
+    nbformat.write(released, folder / f"{name}.ipynb")
+    return run
+
+
+@SANDBOXED
+def test_grading_from_another_folder_finds_the_answer_keys_of_the_root_it_was_given(tmp_path_factory):
+    """Trusted test cells of 04 load its answer key in the grader: once they looked in the working
+    directory, so `grade --root COURSE` run elsewhere scored a perfect 04 8/20 and said "graded 1 of 1"."""
+    name, root, elsewhere = "04_toggles", tmp_path_factory.mktemp("course"), tmp_path_factory.mktemp("elsewhere")
+    run = _course_of(root, name)
+    env = {k: v for k, v in os.environ.items() if k != "COURSE_ROOT"}
+    done = subprocess.run([sys.executable, "-m", "autograder.grader.cli", "grade", name, "--root", str(root), "--quiet",
+                           "--cell-seconds", "60", "--workers", "1"], cwd=elsewhere, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run("export")
+    with open(root / "grades.csv") as f:
+        row = next(csv.DictReader(f))
+    assert float(row["score"]) == float(row["max_score"]) > 0, row
+
+
+@SANDBOXED
+def test_a_missing_answer_key_is_the_graders_failure_not_the_students_zero(tmp_path, monkeypatch):
+    name = "04_toggles"
+    run = _course_of(tmp_path, name)
+    (tmp_path / "solutions" / name / "answer_key.py").unlink()
+    monkeypatch.delenv("COURSE_ROOT")
+    monkeypatch.chdir(tmp_path_parent := tmp_path.parent)
+    assert not (tmp_path_parent / "solutions").exists()
+    result = classgrade.grade_class(tmp_path, [name], workers=1, limits=Limits(cell_seconds=60), progress=False,
+                                    run=run)
+    outcome = result.outcomes[("perfect", name)]
+    assert not outcome.graded and outcome.grader_side
+    assert "the grader failed, not the submission" in outcome.reason
+    assert "no answer key for 04_toggles" in outcome.reason
+    assert classgrade.scores(tmp_path, [name]) == [], "nothing was written to the gradebook for it"

@@ -1,4 +1,6 @@
 """autograder.grader.keys: answer keys load from the course directory and refuse to serve student code."""
+import inspect
+
 import pytest
 
 from autograder import checks
@@ -67,3 +69,26 @@ def test_a_key_refuses_to_run_inside_student_code(course):
     with pytest.raises(checks.GradingError, match="answer key"):
         checks.call_student("double", sly, 3)
     assert key.double(4) == 8  # outside student code it serves the grader again
+
+
+def test_the_guard_leaves_no_handle_to_the_unguarded_answer(course):
+    """A submission once called `K.grad_fn_names.__wrapped__` (set by functools.wraps) and scored 20/20
+    in plain mode."""
+    key = keys.answer_key("99_demo", root=course)
+    assert not hasattr(key.double, "__wrapped__") and inspect.unwrap(key.double) is key.double
+    assert key.double.__name__ == "double" and not hasattr(key.Counter.__init__, "__wrapped__")
+
+
+def test_a_grade_runs_root_wins_over_the_environment_and_the_working_directory(course, tmp_path_factory,
+                                                                                 monkeypatch):
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # not below the course
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv(keys.ROOT_ENV_VAR, str(elsewhere))
+    with keys.grading_root(course):
+        assert keys.course_root() == course.resolve()
+        with keys.grading_root(None):  # None keeps the run's root
+            assert keys.course_root() == course.resolve()
+    assert keys.course_root() == elsewhere.resolve()
+    monkeypatch.delenv(keys.ROOT_ENV_VAR)
+    with pytest.raises(keys.MissingAnswerKey, match="no course directory"):
+        keys.course_root()

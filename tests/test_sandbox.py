@@ -411,3 +411,24 @@ def test_a_kernel_started_ahead_is_a_fresh_sandbox_and_none_outlives_the_pool():
         pool.close()
     assert pool._spares == {} and not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
                                           for pid in kernels)
+
+
+def test_the_kernel_imports_the_package_the_grader_imported_even_through_pythonpath(tmp_path):
+    """A grader run with PYTHONPATH on a clone once failed with "No module named 'autograder.checks'",
+    reported as "the sandbox cannot start": the kernel looked only in the environment's install."""
+    import shutil
+    shutil.copytree(course.ROOT / "autograder", tmp_path / "clone" / "autograder",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    script = ("from autograder.grader.sandbox import Limits, run_notebook\nimport nbformat, autograder\n"
+              "nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("
+              "'import autograder.checks; print(autograder.checks.__file__)')])\n"
+              "run_notebook(nb, Limits(cell_seconds=60))\n"
+              "print(autograder.__file__)\nprint(''.join(o.get('text', '') for o in nb.cells[0].outputs))\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "clone")}
+    import subprocess
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    grader_copy, kernel_copy = done.stdout.strip().splitlines()[-2:]
+    assert grader_copy.startswith(str(tmp_path / "clone")), grader_copy
+    assert kernel_copy.startswith(str(tmp_path / "clone" / "autograder" / "checks")), done.stdout

@@ -92,6 +92,13 @@ def package_parts() -> dict:
             "keys": [str(grader / "__init__.py"), str(grader / "keys.py")]}
 
 
+def package_search_path() -> str:
+    """The folders that hold the `autograder` package this grader imported, for the kernel's PYTHONPATH:
+    the kernel then imports the same copy (bound read-only, learner's part only) even where the
+    grader found it through PYTHONPATH on a clone rather than through its environment's install."""
+    return os.pathsep.join(str(pathlib.Path(top).parent) for top in package_parts()["top"])
+
+
 def nvidia_devices() -> list:
     """The NVIDIA device nodes of this machine (none without a GPU)."""
     dev = pathlib.Path("/dev")
@@ -233,7 +240,7 @@ def command(plan: Plan, kernel_cmd: list, plain_keys=False) -> list:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     args += filesystem(plan, plain_keys)
     args += ["--chdir", plan.workdir, "--clearenv"]
-    for name, value in plan.env.items():
+    for name, value in {**plan.env, "PYTHONPATH": package_search_path()}.items():
         args += ["--setenv", name, value]
     if plan.uid is not None:
         args += ["--", "setpriv", f"--reuid={plan.uid}", f"--regid={plan.uid}", "--clear-groups",

@@ -26,7 +26,7 @@ import nbformat
 from nbgrader import utils
 from nbgrader.api import Gradebook, MissingEntry
 
-from autograder.grader import isolation, recording, sanitize, submissions, trusted
+from autograder.grader import isolation, keys, recording, sanitize, submissions, trusted
 from autograder.grader.nbgrader_run import nbgrader_runner, with_scripts_on_path
 from autograder.grader.sandbox import Limits, run_notebook, thread_pool
 
@@ -83,18 +83,22 @@ def prepare(root: pathlib.Path, sub: submissions.Submission, source) -> tuple:
     return sanitize.restore(nb, source)
 
 
-def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=(), answer_key=None) -> dict:
+def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=(), answer_key=None,
+                       course_root=None) -> dict:
     """Run on a worker: execute one sanitized notebook in a sandbox, in a private folder.
 
     `trusted_names`: for a notebook graded in trusted mode, the names its answers define;
     `hidden`: paths the kernel must never reach (see autograder/grader/isolation.py); `answer_key`
-    (plain mode only): the notebook's answer key, which its hidden tests load in the kernel.
-    Every output is capped before the notebook leaves the worker.
+    (plain mode only): the notebook's answer key, which its hidden tests load in the kernel;
+    `course_root`: the course the run was given, where trusted test cells find answer keys (the
+    worker's working directory may be anywhere). Every output is capped before the notebook
+    leaves the worker. Raises trusted.GraderFailure where the grader's side failed.
     """
     nb = nbformat.reads(nb_json, as_version=4)
     began = time.monotonic()
-    problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden, answer_key=answer_key,
-                            pool=thread_pool())  # the worker's next kernel starts while this one runs
+    with keys.grading_root(course_root):
+        problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden,
+                                answer_key=answer_key, pool=thread_pool())  # the next kernel starts meanwhile
     recording.bound_outputs(nb)
     return {"notebook": nbformat.writes(nb), "problems": [(i, recording.capped(p)) for i, p in problems],
             "seconds": time.monotonic() - began}
@@ -180,8 +184,14 @@ def trusted_names(root: pathlib.Path, name: str):
     return trusted.student_names(c.source for c in source.cells if c.cell_type == "code" and utils.is_solution(c))
 
 
-def _record(recorder, outcomes, key, *, executed=None, source=None, reason="", notes=(), seconds=0.0):
-    """Record one submission; a failure to record it is that submission's problem only."""
+def _record(recorder, outcomes, key, *, executed=None, source=None, reason="", notes=(), seconds=0.0,
+            grader_side=False):
+    """Record one submission; a failure to record it is that submission's problem only.
+
+    `reason` without `executed`: not graded. Its files were at fault (the student's 0, with the
+    reason in the gradebook), or with `grader_side` the grader was (a missing answer key, a worker
+    that died): then nothing is written to the gradebook, whatever it held stands, and the report
+    says to grade it again."""
     student, assignment = key
     if executed is not None:
         try:
@@ -191,10 +201,11 @@ def _record(recorder, outcomes, key, *, executed=None, source=None, reason="", n
             return
         except Exception as err:  # a database or file error here must not stop the class
             recorder.gb.db.rollback()
-            reason = f"its scores could not be recorded ({type(err).__name__}: {err})"
-    recorder.not_graded(student, assignment, reason)
+            reason, grader_side = f"its scores could not be recorded ({type(err).__name__}: {err})", True
+    if not grader_side:
+        recorder.not_graded(student, assignment, reason)
     outcomes[key] = recording.Outcome(student, assignment, False, reason=recording.capped(reason),
-                                      notes=list(notes), seconds=seconds)
+                                      grader_side=grader_side, notes=list(notes), seconds=seconds)
 
 
 def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None, limits: Limits | None = None,
@@ -231,15 +242,15 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
                         _record(recorder, outcomes, key, reason=reason)
             names_of = {name: None if plain else trusted_names(root, name) for name in names}
             hidden = [str(p) for p in isolation.secrets_of(root)]
-            keys = {name: str(key) if plain and (key := root / "solutions" / name / "answer_key.py").is_file()
-                    else None for name in names}
+            key_paths = {name: str(key) if plain and (key := keys.key_path(name, root)).is_file() else None
+                         for name in names}
             futures = {}
             if jobs:
                 with clock("wait for the cluster to start"):
                     client = background.get()
                 for key, nb, notes in jobs:
                     future = client.submit(execute_submission, nbformat.writes(nb), dataclasses.asdict(limits),
-                                           names_of[key[1]], hidden, keys[key[1]], pure=False)
+                                           names_of[key[1]], hidden, key_paths[key[1]], str(root), pure=False)
                     futures[future] = (key, nb, notes)
             bar = tqdm(total=len(futures), unit="notebook", desc="grading", disable=not progress, file=sys.stdout)
             with clock("run notebooks (parallel), recording each as it returns"):
@@ -300,8 +311,12 @@ def _collect(future, key, nb, notes, recorder, outcomes, sources):
     try:
         result = future.result()
         executed = recording.merged(nb, nbformat.reads(result["notebook"], as_version=4))
-    except Exception as err:  # a worker died or failed: this submission scores 0, the run goes on
-        _record(recorder, outcomes, key, reason=f"the grading worker failed: {type(err).__name__}: {err}", notes=notes)
+    except trusted.GraderFailure as err:  # the grader's own side: not graded, with the cause
+        _record(recorder, outcomes, key, reason=f"the grader failed, not the submission: {err}", notes=notes,
+                grader_side=True)
+    except Exception as err:  # a worker died or failed while it ran this submission: not graded, the run goes on
+        _record(recorder, outcomes, key, reason=f"the grading worker failed: {type(err).__name__}: {err}", notes=notes,
+                grader_side=True)
     else:
         _record(recorder, outcomes, key, executed=executed, source=sources[key[1]], notes=notes,
                 seconds=result["seconds"])

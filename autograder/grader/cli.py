@@ -104,9 +104,14 @@ def grade(args) -> int:
     print("report: " + ", ".join(str(f) for f in files))
     print(f"graded {total - failed} of {total} submissions in {minutes:.1f} min "
           f"({total / max(minutes, 1e-9):.1f} per minute); scores are in the gradebook")
-    if failed:
-        print(f"{failed} submission{'s' * (failed != 1)} could not be graded and scored 0: "
+    ours = sum(o.grader_side for o in result.not_graded())
+    if failed - ours:
+        print(f"{failed - ours} submission{'s' * (failed - ours != 1)} could not be graded and scored 0: "
               "failures.csv in the report says why")
+    if ours:
+        print(f"{ours} submission{'s' * (ours != 1)} not graded because the grader failed (nothing was written "
+              "to the gradebook for them): failures.csv says why; fix it and grade them again")
+    if failed:
         return NOT_ALL_GRADED
     return 0
 

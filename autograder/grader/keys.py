@@ -9,10 +9,17 @@ reference as an argument, so the checks modules stay answer-free.
 
 Every key is marked with `@answer`: it refuses to run inside a student call, so an answer that
 imports the key ("write it yourself") fails with a message that says so, in plain grading too,
-where hidden tests and student code share a kernel. In trusted grading the kernel cannot read
-the course directory at all.
+where hidden tests and student code share a kernel (the guard keeps no `__wrapped__` handle to the
+unguarded function; but in plain mode the kernel can read the key's file, so plain mode trusts the
+kernel with the key, see the README). In trusted grading the kernel cannot read the course
+directory at all.
+
+Which course: the one a grade run was given (`grading_root`, set by `backprop-course grade --root`
+for the test cells it runs), else $COURSE_ROOT, else the nearest course directory above the working
+directory. A key that cannot be found is the grader's failure (`MissingAnswerKey`), never the
+student's: trusted grading reports that submission as not graded.
 """
-import functools
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -25,16 +32,37 @@ ROOT_ENV_VAR = "COURSE_ROOT"
 FILE_NAME = "answer_key.py"
 
 
+_grading_root = None  # the course a grade run was given; see grading_root
+
+
+class MissingAnswerKey(FileNotFoundError):
+    """The grader cannot find a course directory or an answer key: its own failure, not the student's."""
+
+
+@contextlib.contextmanager
+def grading_root(root):
+    """Answer keys come from `root` (the course a grade run was given) while the block runs; None
+    leaves the usual search in place."""
+    global _grading_root
+    before, _grading_root = _grading_root, pathlib.Path(root).resolve() if root is not None else _grading_root
+    try:
+        yield
+    finally:
+        _grading_root = before
+
+
 def course_root(start=None) -> pathlib.Path:
-    """The course directory: $COURSE_ROOT, else the nearest folder up from `start` (the working
-    directory) that holds nbgrader_config.py and solutions/."""
+    """The course directory: the grade run's (`grading_root`), else $COURSE_ROOT, else the nearest
+    folder up from `start` (the working directory) that holds nbgrader_config.py and solutions/."""
+    if _grading_root is not None:
+        return _grading_root
     if os.environ.get(ROOT_ENV_VAR):
         return pathlib.Path(os.environ[ROOT_ENV_VAR]).resolve()
     here = pathlib.Path(start or os.getcwd()).resolve()
     for folder in (here, *here.parents):
         if (folder / "nbgrader_config.py").is_file() and (folder / "solutions").is_dir():
             return folder
-    raise FileNotFoundError(f"no course directory (nbgrader_config.py beside solutions/) above {here}; "
+    raise MissingAnswerKey(f"no course directory (nbgrader_config.py beside solutions/) above {here}; "
                             f"set {ROOT_ENV_VAR} to the course directory")
 
 
@@ -54,7 +82,7 @@ def answer_key(notebook: str, root=None):
     path = key_path(notebook, root)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or not path.is_file():
-        raise FileNotFoundError(f"no answer key for {notebook}: {path} is missing")
+        raise MissingAnswerKey(f"no answer key for {notebook}: {path} is missing")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -66,11 +94,13 @@ def answer_key(notebook: str, root=None):
 
 
 def _refuse_inside_student_code(fn, label):
-    @functools.wraps(fn)
     def guarded(*args, **kwargs):
         if inside_student_call():
             raise UsedAnswerKey(label)
         return fn(*args, **kwargs)
+    # the name and docstring only: functools.wraps would also set __wrapped__, a handle that undoes the guard
+    guarded.__name__, guarded.__qualname__, guarded.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    guarded.__module__ = fn.__module__
     return guarded
 
 

@@ -66,6 +66,7 @@ class Outcome:
     assignment: str
     graded: bool
     reason: str = ""  # why it was not graded
+    grader_side: bool = False  # the grader failed, not the submission: nothing was written to the gradebook
     notes: list = dataclasses.field(default_factory=list)  # what was restored or ignored
     messages: dict = dataclasses.field(default_factory=dict)  # grade_id -> why it lost points
     seconds: float = 0.0

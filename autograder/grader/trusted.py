@@ -31,6 +31,16 @@ from autograder.checks import boundary
 from autograder.checks.compare import GradingError
 
 
+class GraderFailure(Exception):
+    """The grader's own side failed while it ran a test cell (a missing answer key, an import that
+    fails, a name the test cell does not have): that submission is not graded, never scored 0."""
+
+
+# What a test cell raises when the grader, not the submission, is at fault: student code runs only
+# in the kernel and its failures come back as GradingError, whatever they were there.
+GRADER_SIDE = (ImportError, OSError, NameError, SyntaxError)
+
+
 class KernelDied(Exception):
     """The kernel ended, or stopped answering, while it ran a student call."""
 
@@ -181,12 +191,16 @@ class Remote:
 
 
 def run_grade_cell(source, names, remote):
-    """Run one test cell here, with student calls routed to the kernel; return the error or None."""
+    """Run one test cell here, with student calls routed to the kernel; return the error or None.
+
+    Raises GraderFailure where the grader's side failed (see GRADER_SIDE): not the student's verdict."""
     namespace = {"__name__": "__main__", **{n: boundary.StudentName(n, remote) for n in names}}
     try:
         exec(compile(source, "<test cell>", "exec"), namespace)
     except KernelDied:
         raise
+    except GRADER_SIDE as err:
+        raise GraderFailure(f"{type(err).__name__}: {err}") from err
     except Exception as err:  # the test cell failed: that is the verdict we record
         return err
     return None
