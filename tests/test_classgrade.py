@@ -898,3 +898,26 @@ def test_a_missing_answer_key_is_the_graders_failure_not_the_students_zero(tmp_p
     assert "the grader failed, not the submission" in outcome.reason
     assert "no answer key for 04_toggles" in outcome.reason
     assert classgrade.scores(tmp_path, [name]) == [], "nothing was written to the gradebook for it"
+
+
+def test_a_worker_with_several_threads_grades_one_submission_at_a_time(monkeypatch):
+    """The grader's side redirects stdout and draws from the global RNG: two submissions at once in one
+    process (a --scheduler worker with several threads) would mix them."""
+    import threading
+    running, most = [], []
+
+    def fake_run(nb, *args, **kwargs):
+        running.append(1)
+        most.append(len(running))
+        time.sleep(0.2)
+        running.pop()
+        return []
+    monkeypatch.setattr(classgrade, "run_notebook", fake_run)
+    monkeypatch.setattr(classgrade, "thread_pool", lambda: None)
+    nb = nbformat.writes(nbformat.v4.new_notebook())
+    threads = [threading.Thread(target=classgrade.execute_submission, args=(nb, {})) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(most) == 3 and max(most) == 1

@@ -19,6 +19,7 @@ import logging
 import os
 import pathlib
 import sys
+import threading
 import time
 import urllib.parse
 
@@ -31,6 +32,9 @@ from autograder.grader.nbgrader_run import nbgrader_runner, with_scripts_on_path
 from autograder.grader.sandbox import Limits, run_notebook, thread_pool
 
 WORKER_MEMORY_MB = 3072  # the grader's side of a worker (trusted test cells); kernels have their own limit
+# The grader's side of a submission is not thread-safe (test cells redirect stdout, references draw from
+# the global RNG): a worker process with several threads (a --scheduler cluster's) grades one at a time.
+_ONE_SUBMISSION_AT_A_TIME = threading.Lock()
 
 
 def default_workers() -> int:
@@ -96,7 +100,7 @@ def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=()
     """
     nb = nbformat.reads(nb_json, as_version=4)
     began = time.monotonic()
-    with keys.grading_root(course_root):
+    with _ONE_SUBMISSION_AT_A_TIME, keys.grading_root(course_root):
         problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden,
                                 answer_key=answer_key, pool=thread_pool())  # the next kernel starts meanwhile
     recording.bound_outputs(nb)
