@@ -16,7 +16,7 @@ import pytest
 from IPython.core.events import EventManager, available_events
 from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult
 
-from autograder.learner import plotting, progress, progress_view, quiz, quiz_schema
+from autograder.learner import plotting, progress, progress_view, quiz, quiz_schema, review
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -287,6 +287,63 @@ def test_quiz_answers_from_the_widgets_reach_the_view(monkeypatch):
     quiz.check_choice(question, question.choices[0].id)
     (day,) = progress_view.summarise()["01_chain_rule"]["days"]
     assert day[0] == datetime.date.today() and day[2] == 1
+
+
+# --- when the questions come back -------------------------------------------------------------------
+def real_attempt(q, correct, when):
+    return {"notebook": q.notebook, "section": q.section, "question": q.id, "kind": q.kind, "response": "x",
+            "correct": correct, "time": when.isoformat()}
+
+
+def numeric(notebook):
+    return [q for q in quiz_schema.all_questions(notebook) if q.kind == "numeric"]
+
+
+def test_the_schedule_says_what_is_due_now_and_when_the_next_fall_due():
+    utc = datetime.UTC
+    a, b = numeric("01_chain_rule")[:2]
+    c = numeric("08_higher_order")[0]
+    first = datetime.datetime(2025, 3, 1, 10, tzinfo=utc)
+    history = [real_attempt(a, True, first), real_attempt(b, False, first),
+               real_attempt(c, True, first - datetime.timedelta(days=30))]
+    now = first + datetime.timedelta(hours=2)
+    rows = progress_view.due_by_notebook(history, now)
+    assert list(rows) == ["01_chain_rule", "08_higher_order"]  # only notebooks with an answered question
+    fsrs_due = {card.question: card.due for card in review.cards(["01_chain_rule"], history)}
+    assert fsrs_due[a] == first + datetime.timedelta(days=2)  # FSRS: a first "good" comes back after 2 days
+    assert rows["01_chain_rule"] == {"due": 1, "next": fsrs_due[a], "soon": 1, "answered": 2,
+                                     "never": len(quiz_schema.all_questions("01_chain_rule")) - 2}
+    assert rows["08_higher_order"]["due"] == 1 and rows["08_higher_order"]["next"] is None
+    text = progress_view.schedule_markdown(rows)
+    assert "**2 questions due now**" in text and "`notebooks/review.ipynb`" in text
+    assert f"The next falls due on {review.local_time(fsrs_due[a])}; 1 falls due within 7 days." in text
+    assert f"| 01_chain_rule | 1 | {review.local_time(fsrs_due[a])} | 1 | 2 |" in text
+    assert "| 08_higher_order | 1 | — | 0 | 1 |" in text
+    three_days_later = progress_view.due_by_notebook(history, now + datetime.timedelta(days=3))
+    assert three_days_later["01_chain_rule"]["due"] == 2 and three_days_later["01_chain_rule"]["next"] is None
+
+
+def test_the_schedule_counts_what_falls_due_within_a_week_only():
+    a, b = numeric("02_micrograd")[:2]
+    now = datetime.datetime(2025, 3, 1, 12, tzinfo=datetime.UTC)
+    history = [real_attempt(a, True, now), real_attempt(a, True, now + datetime.timedelta(days=2)),
+               real_attempt(b, True, now)]  # a: due after 2 + 11 days, b: after 2 days
+    (row,) = progress_view.due_by_notebook(history, now + datetime.timedelta(days=2, hours=1)).values()
+    assert (row["due"], row["soon"]) == (1, 0)  # b is due; a's 11 days lie beyond the week
+    assert "No quiz question answered yet" in progress_view.schedule_markdown({})
+
+
+def test_show_says_when_the_questions_come_back_before_the_figure(private_progress, monkeypatch):
+    q = numeric("03_vjp")[0]
+    answered = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+    private_progress.write_text(json.dumps({"type": "attempt", **real_attempt(q, False, answered)}) + "\n")
+    shown = []
+    monkeypatch.setattr(progress_view, "display", lambda markdown: shown.append(markdown.data))
+    monkeypatch.setattr(plotting, "display", lambda bundle, raw: shown.append(bundle))
+    progress_view.show()
+    assert len(shown) == 2 and shown[0].startswith("### When your questions come back")
+    assert "**1 question due now**" in shown[0] and "| 03_vjp | 1 | — | 0 | 1 |" in shown[0]
+    assert shown[1]["text/plain"].startswith("Your progress in 1 notebook.")
 
 
 # --- the plot style and alt text ------------------------------------------------------------------------

@@ -1,6 +1,9 @@
-"""Your progress as one figure: per notebook, quiz answers over time and the visible tests' results.
+"""Your progress: when your questions come back, and one figure of quiz answers and visible tests.
 
-``show()`` reads the progress file (``autograder.learner.progress_file``) and draws, for every notebook
+``show()`` reads the progress file (``autograder.learner.progress_file``). First a table of the review
+schedule (``autograder.learner.review``'s FSRS dates): per notebook whose questions you have answered,
+how many are due now, when the next falls due, how many more within a week, and how many you have
+answered or never answered. Then it draws, for every notebook
 with anything recorded, a row of two plots: the share of quiz questions answered right per day (each
 question counted once per sitting, as the review schedule counts it, see ``autograder.learner.review``),
 and a grid of the test cells you ran × your latest runs of each, passed or failed. The figure carries
@@ -14,12 +17,14 @@ import datetime
 
 import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from autograder.learner import plotting, progress_file, quiz_schema, review
 
 RUNS = 8  # latest runs drawn per exercise
+SOON = datetime.timedelta(days=7)  # "due within a week" in the schedule table
 # colour, hatching and a symbol: each alone tells pass from fail (in greyscale, for colour blindness)
 PASS = {"facecolor": plotting.OKABE_ITO["bluish green"], "hatch": "", "symbol": "✓"}
 FAIL = {"facecolor": plotting.OKABE_ITO["vermillion"], "hatch": "///", "symbol": "✗"}
@@ -161,11 +166,59 @@ def figure(summary: dict) -> Figure:
     return fig
 
 
+# --- the review schedule ------------------------------------------------------------------------------
+def due_by_notebook(attempts=None, now=None) -> dict:
+    """{notebook: {"due", "next", "soon", "answered", "never"}} for each notebook with an answered
+    question, in course order: how many are due at `now`, the earliest later due date (None if none),
+    how many fall due after `now` and within SOON of it, how many were answered, how many never."""
+    now = datetime.datetime.now(datetime.UTC) if now is None else now
+    by_notebook = {}
+    for card in review.cards(review.course_notebooks(), attempts):
+        by_notebook.setdefault(card.question.notebook, []).append(card)
+    rows = {}
+    for name, cards in by_notebook.items():
+        seen = [c for c in cards if c.seen]
+        if not seen:
+            continue
+        later = sorted(c.due for c in seen if not c.is_due(now))
+        rows[name] = {"due": sum(c.is_due(now) for c in seen), "next": later[0] if later else None,
+                      "soon": sum(d <= now + SOON for d in later), "answered": len(seen),
+                      "never": len(cards) - len(seen)}
+    return dict(sorted(rows.items(), key=lambda item: review.course_notebooks().index(item[0])))
+
+
+def schedule_markdown(rows: dict) -> str:
+    """The schedule as Markdown: what is due now and when the next questions come back, overall and
+    per notebook (local time)."""
+    heading = "### When your questions come back\n\n"
+    if not rows:
+        return heading + "No quiz question answered yet, so none is scheduled for review."
+    due = sum(r["due"] for r in rows.values())
+    upcoming = [r["next"] for r in rows.values() if r["next"] is not None]
+    text = (f"**{due} question{'s' * (due != 1)} due now**: review {'them' if due != 1 else 'it'} in the review "
+            "notebook (`notebooks/review.ipynb`) or at the top of the next notebook.")
+    if upcoming:
+        soon = sum(r["soon"] for r in rows.values())
+        text += (f" The next falls due on {review.local_time(min(upcoming))}; {soon} fall"
+                 f"{'s' * (soon == 1)} due within {SOON.days} days.")
+    table = ["| notebook | due now | next due | due within a week | answered | never answered |",
+             "|---|---:|---|---:|---:|---:|"]
+    for name, r in rows.items():
+        when = review.local_time(r["next"]) if r["next"] is not None else "—"
+        table.append(f"| {name} | {r['due']} | {when} | {r['soon']} | {r['answered']} | {r['never']} |")
+    note = ("Dates are in local time, from FSRS (the rules are in `autograder/learner/review.py`): a miss "
+            "comes back in ten minutes, each success stays away longer.")
+    return heading + text + "\n\n" + "\n".join(table) + "\n\n" + note
+
+
 def show() -> None:
-    """Draw your progress, or say in one line that nothing is recorded yet."""
-    summary = summarise()
+    """Show when your questions come back and draw your progress, or say in one line that nothing is
+    recorded yet."""
+    data = progress_file.load()
+    summary = summarise(data)
     if not summary:
         print(f"Nothing recorded yet in {progress_file.progress_path()}: answer a quiz or run a test cell "
               "(with progress.track_tests in the set-up cell), then call show() again.")
         return
+    display(Markdown(schedule_markdown(due_by_notebook(data["attempts"]))))
     plotting.show(figure(summary), alt=describe(summary))
