@@ -50,6 +50,11 @@ _ADVICE = (
                                 "E[x]²) leaves only round-off; subtract the mean first, then square"),
     ("large-logits", r"", "exp of a large logit overflows float32 (exp(89) is already inf): subtract each row's "
                           "largest logit before exp (the result does not change, the overflow does)"),
+    ("special-points", r"OverflowError|math range error",
+     "exp of a large number overflows (Python's math.exp raises OverflowError past exp(709.78), torch.exp gives inf): "
+     "write the formula so that it only takes exp of numbers <= 0, or use the library's own function (math.tanh)"),
+    ("special-points", r"relu|ReLU", "relu has a kink at x = 0 and no derivative there: PyTorch (and micrograd) use 0, "
+                                     "so the mask is x > 0, not x >= 0"),
     ("special-points", r"", "look for 0/0, inf/inf or inf - inf at x = 0 or at large |x| (a formula that divides "
                             "by x, by sqrt(x²), or takes exp of a large number), and write it so those cancel"),
     ("batch-of-one", r"", "do not .squeeze() the batch dimension away: with a batch of one it goes too; "
