@@ -207,3 +207,51 @@ def test_capped_fits_its_limit_counts_what_it_cut_and_capping_again_changes_noth
         assert once.endswith(f"[{length - kept:,} more characters]") and kept > 450
     else:
         assert once == text
+
+
+# --- autograder.checks.chain_rule: inputs reach the learner in the layout the check built ---------------
+LAYOUT_CELL = """
+import torch
+from autograder.checks import battery, chain_rule
+x = torch.arange(12, dtype=torch.float64).reshape(3, 4)
+chain_rule.check_layouts("layout", layout, lambda x: torch.zeros((), dtype=torch.float64),
+                         [{"x": battery.transposed(x)}, {"x": battery.non_contiguous(x)}], what="x", names=["flag"])
+"""
+
+
+def reports_contiguity(x):
+    """A learner's function that answers 1.0 when it was handed contiguous memory."""
+    return torch.tensor(float(x.is_contiguous()), dtype=torch.float64)
+
+
+def flattens_with_view(x):
+    return (x.view(-1) > 0).to(x.dtype).view(x.shape)
+
+
+def run_layout_cell(source, fn, trusted):
+    """The cell's error (None if it passed), run beside `fn` (plain) or reaching it through data (trusted)."""
+    import mutation
+    try:
+        return mutation._run_cell(source, "layout", {"__name__": "__main__", "layout": fn}, trusted)
+    except checks.GradingError as err:
+        return err
+
+
+@pytest.mark.parametrize("trusted", [False, True], ids=["plain", "trusted"])
+def test_check_layouts_hands_over_a_transpose_and_a_slice_as_they_are(trusted):
+    assert run_layout_cell(LAYOUT_CELL, reports_contiguity, trusted) is None
+    mask_cell = LAYOUT_CELL.replace("lambda x: torch.zeros((), dtype=torch.float64)", "lambda x: (x > 0).double()")
+    err = run_layout_cell(mask_cell, flattens_with_view, trusted)
+    assert "layout: fails for a non-contiguous x: .view needs contiguous memory" in str(err), err
+
+
+@pytest.mark.parametrize("failure, words", [
+    ("Value: raised OverflowError: math range error", "only takes exp of numbers <= 0"),
+    ("relu_grad: wrong values in relu'(x)", "the mask is x > 0, not x >= 0"),
+    ("sigmoid_grad: wrong values", "look for 0/0, inf/inf"),
+])
+def test_special_points_advice_names_overflow_and_the_relu_kink(failure, words):
+    from autograder.checks import battery
+    with pytest.raises(checks.GradingError) as info, battery.trying("ex", "special-points"):
+        raise checks.GradingError(failure)
+    assert words in str(info.value)
