@@ -244,3 +244,74 @@ def test_a_student_call_that_answers_too_much_scores_zero_with_the_reason():
             remote.call("expanded", boundary.StudentName("expanded"), [torch.ones(2)], {})
     finally:
         exchange.remove()
+
+
+# Every layout and dtype torch offers, as a hostile kernel could write them into its answer file: each
+# is read (a plain dense tensor) or refused with a message, and the process that reads them never
+# crashes. A sparse tensor with an index of -1 (check_invariants=False) once passed torch.load and
+# ended the grader's worker with "double free or corruption" when a check called torch.isnan on it.
+FUZZ = r'''
+import io, json, sys, torch
+from autograder.checks import boundary
+from autograder.grader import trusted
+
+def answers():
+    dense = torch.arange(6.0).reshape(2, 3)
+    yield "dense", dense
+    for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+                  torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128, torch.uint16, torch.uint32,
+                  torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2):
+        yield f"dtype {dtype}", torch.ones(3).to(dtype)
+    yield "sparse_coo", dense.to_sparse()
+    yield "malformed sparse indices", torch.sparse_coo_tensor(torch.tensor([[0, 1, -1]]), torch.ones(3), (2,),
+                                                                check_invariants=False)
+    yield "indices past the end", torch.sparse_coo_tensor(torch.tensor([[0, 1, 10**9]]), torch.ones(3), (2,),
+                                                            check_invariants=False)
+    for layout in ("to_sparse_csr", "to_sparse_csc"):
+        yield layout, getattr(dense, layout)()
+    yield "sparse_bsr", dense.to_sparse_bsr((1, 1))
+    yield "nested", torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    yield "quantized", torch.quantize_per_tensor(dense, 0.1, 0, torch.quint8)
+    yield "meta", torch.empty(3, device="meta")
+    yield "parameter", torch.nn.Parameter(dense)
+    yield "expanded view", torch.ones(1).expand(5)
+    yield "strided view", dense[:, ::2]
+
+results = {}
+for i, (label, value) in enumerate(answers()):
+    path = f"{sys.argv[1]}/{i}.out"
+    torch.save({"result": value, "after": []}, path)
+    try:
+        payload = trusted.read_answer(path)
+        got = payload["result"]
+        results[label] = ["read", str(got.layout), bool(torch.isnan(got.double() if got.is_complex() is False
+                                                                      and got.dtype != torch.bool else got.real
+                                                                      if got.is_complex() else got.double()).any())]
+    except boundary.TooLarge as err:
+        results[label] = ["refused", str(err)]
+print(json.dumps(results))
+'''
+
+
+def test_every_layout_and_dtype_is_read_as_plain_data_or_refused_and_nothing_crashes(tmp_path):
+    import json
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", FUZZ, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"the reading process ended with {done.returncode}: {done.stderr[-2000:]}"
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    refused = {label for label, (what, *_) in results.items() if what == "refused"}
+    assert {"sparse_coo", "malformed sparse indices", "indices past the end", "to_sparse_csr", "to_sparse_csc",
+            "sparse_bsr", "nested", "quantized", "meta", "parameter"} <= refused, results  # honest kernels detach
+    for label in ("dense", "expanded view", "strided view", "dtype torch.float32", "dtype torch.bool",
+                  "dtype torch.complex64"):
+        assert results[label][0] == "read" and results[label][1] == "torch.strided", (label, results[label])
+    assert all("only" in message or "opcode" in message for what, message, *_ in results.values() if what == "refused")
+
+
+def test_a_view_past_the_end_of_its_storage_is_refused_before_its_data_is_touched():
+    view = torch.zeros(4)[1:3]
+    assert boundary.check_plain_tensor(view) is None
+    view.untyped_storage().resize_(4)  # the storage shrinks to one float under the view: torch allows it
+    with pytest.raises(boundary.TooLarge, match="past the end of its storage"):
+        boundary.check_plain_tensor(view)

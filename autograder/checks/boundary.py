@@ -52,8 +52,26 @@ def _storage(tensor):
     return tensor.untyped_storage()
 
 
+def check_plain_tensor(t) -> None:
+    """Refuse a tensor that is not plain data: not dense and strided, on another device than the CPU
+    or CUDA (the grading device), quantized, nested, of a subclass, or a view that reaches outside its
+    storage. Only metadata is read: nothing touches the data of a tensor before it passes."""
+    if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+        raise TooLarge(f"a tensor of the subclass {capped(type(t).__qualname__, 80)}: only plain tensors may come back")
+    if t.layout != torch.strided or t.is_nested or t.is_quantized or t.device.type not in ("cpu", "cuda"):
+        raise TooLarge(f"a tensor with layout {t.layout} on {t.device.type}: only dense tensors may come back")
+    if t.numel() == 0:
+        return
+    if t.storage_offset() < 0 or any(stride < 0 for stride in t.stride()):
+        raise TooLarge("a tensor view with a negative offset or stride")
+    last = t.storage_offset() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    if (last + 1) * t.element_size() > t.untyped_storage().nbytes():
+        raise TooLarge("a tensor view that reaches past the end of its storage")
+
+
 def check_bounds(value, bounds=BOUNDS) -> None:
-    """Refuse `value` (as loaded, before `decode`) if it holds more than `bounds` allow.
+    """Refuse `value` (as loaded, before `decode`) if it holds more than `bounds` allow, or a tensor
+    that is not plain data (`check_plain_tensor`).
 
     Iterative, so that nesting cannot exhaust the grader's stack; a storage shared by several
     views is counted once, and every view by the elements it shows."""
@@ -64,6 +82,7 @@ def check_bounds(value, bounds=BOUNDS) -> None:
         if depth > bounds.depth:
             raise TooLarge(f"the answer nests containers more than {bounds.depth} deep")
         if isinstance(value, torch.Tensor):
+            check_plain_tensor(value)
             numel = value.numel()
             if numel > bounds.tensor_elements:
                 raise TooLarge(f"a tensor of shape {tuple(value.shape)} has {numel:,} elements "

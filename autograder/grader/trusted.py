@@ -18,6 +18,7 @@ import contextlib
 import functools
 import io
 import os
+import pickletools
 import stat
 import types
 import zipfile
@@ -28,7 +29,7 @@ import torch
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 from autograder.checks import boundary
-from autograder.checks.compare import GradingError
+from autograder.checks.compare import GradingError, capped
 
 
 class GraderFailure(Exception):
@@ -105,6 +106,33 @@ def state_holders(fn, args) -> list:
 
 
 
+# What an answer's pickle may name: dense tensors (rebuilt from a storage of an allowed dtype), the
+# ordered dict that rebuild takes, complex numbers. Sparse, quantized, nested, meta and subclass
+# tensors have rebuild functions of their own and are refused before torch.load builds anything:
+# a sparse tensor with malformed indices corrupted the grader's memory when a check first touched it.
+ALLOWED_GLOBALS = {"torch._utils _rebuild_tensor_v2", "collections OrderedDict", "builtins complex"} | {
+    f"torch {kind}Storage" for kind in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char",
+                                        "Byte", "Bool", "ComplexFloat", "ComplexDouble")}
+# Opcodes that build objects some other way than a call of an allowed global.
+REFUSED_OPCODES = {"STACK_GLOBAL", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "EXT1", "EXT2", "EXT4", "BUILD",
+                   "PERSID"}
+
+
+def check_pickle(structure: bytes) -> None:
+    """Refuse (`boundary.TooLarge`) a pickled answer that names anything but plain data."""
+    try:
+        for op, arg, _pos in pickletools.genops(structure):
+            if op.name in REFUSED_OPCODES:
+                raise boundary.TooLarge(f"the answer's structure uses the pickle opcode {op.name}: only plain "
+                                        "data may come back")
+            if op.name == "GLOBAL" and arg not in ALLOWED_GLOBALS:
+                raise boundary.TooLarge(f"the answer holds {capped(arg, 80)}: only dense tensors of the usual "
+                                        "dtypes, numbers, strings and containers may come back (no sparse, "
+                                        "quantized, nested or meta tensors)")
+    except (ValueError, EOFError) as err:
+        raise boundary.TooLarge(f"the answer's structure is not a readable pickle ({err})") from None
+
+
 def read_answer(path, bounds=boundary.BOUNDS):
     """Load the answer a kernel wrote at `path`, refusing (`boundary.TooLarge`) anything that
     could make the grader allocate without bound: not a regular file (a link, a FIFO, a device),
@@ -128,6 +156,10 @@ def read_answer(path, bounds=boundary.BOUNDS):
         raise boundary.TooLarge("the answer's file has compressed or too many members")
     if any(m.filename.endswith("data.pkl") and m.file_size > bounds.structure_bytes for m in members):
         raise boundary.TooLarge(f"the answer's structure is over {bounds.structure_bytes:,} bytes")
+    structures = [m for m in members if m.filename.endswith("data.pkl")]
+    if len(structures) != 1:
+        raise boundary.TooLarge("the answer's file does not hold exactly one structure")
+    check_pickle(zipfile.ZipFile(io.BytesIO(data)).read(structures[0]))
     payload = torch.load(io.BytesIO(data), weights_only=True)
     boundary.check_bounds(payload, bounds)
     return payload
