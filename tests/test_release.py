@@ -1,10 +1,16 @@
-"""The student release: generated from solutions/, up to date, free of answers, no free points."""
-import course
-import pytest
+"""The student release: generated from solutions/ (and the review notebook from ungraded/), up to date,
+free of answers, no free points."""
+import shutil
 
-from autograder.grader import cli
+import course
+import nbformat
+import pytest
+from test_colab import local_file_uses, local_links
+
+from autograder.grader import cli, colab
 
 NAMES = course.assignment_names()
+REVIEW = "review"
 
 
 def test_release_is_up_to_date():
@@ -12,8 +18,42 @@ def test_release_is_up_to_date():
     assert stale == 0, "notebooks/ is stale: run `make release`"
 
 
-def test_every_assignment_is_released_and_nothing_else():
-    assert sorted(p.stem for p in course.NOTEBOOKS.glob("*.ipynb")) == NAMES
+def test_every_assignment_is_released_and_the_review_notebook_and_nothing_else():
+    assert cli.EXTRAS == (REVIEW,) and REVIEW not in NAMES
+    assert sorted(p.stem for p in course.NOTEBOOKS.glob("*.ipynb")) == sorted(NAMES + [REVIEW])
+
+
+# --- the review notebook: released beside the assignments, never graded --------------------------------
+def test_the_review_notebook_is_no_assignment():
+    """Its source is not in solutions/, so nbgrader never sees it, and no cell of it is graded."""
+    assert not (course.SOLUTIONS / REVIEW).exists()
+    for path in (cli.extra_source(course.ROOT, REVIEW), course.release_path(REVIEW)):
+        cells = course.read(path).cells
+        assert not any("nbgrader" in c.metadata for c in cells)
+        assert not any(c.cell_type == "code" and (c.outputs or c.execution_count) for c in cells), path
+
+
+def test_the_review_notebook_starts_with_the_colab_cell_and_needs_no_local_file():
+    cells = course.read(course.release_path(REVIEW)).cells
+    assert cells[0].get("id") == colab.CELL_ID and cells[0].source == colab.bootstrap_source()
+    uses = [local_file_uses(c.source) if c.cell_type == "code" else local_links(c.source) for c in cells]
+    assert [use for found in uses for use in found] == []
+
+
+def test_release_writes_the_review_notebook_alone_and_finds_it_stale(tmp_path, capsys):
+    root = tmp_path / "course"
+    (root / "ungraded").mkdir(parents=True)
+    source = cli.extra_source(root, REVIEW)
+    shutil.copy(cli.extra_source(course.ROOT, REVIEW), source)
+    assert cli.release(root, [REVIEW], check=True) == 1  # not released yet
+    assert "notebooks/review.ipynb is stale" in capsys.readouterr().out
+    assert cli.release(root, [REVIEW], check=False) == 0
+    assert (root / "notebooks" / "review.ipynb").read_text() == course.release_path(REVIEW).read_text()
+    assert cli.release(root, [REVIEW], check=True) == 0
+    nb = course.read(source)
+    nb.cells[1].source += " One more sentence."
+    nbformat.write(nb, source)
+    assert cli.release(root, [REVIEW], check=True) == 1
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,9 +1,12 @@
 """Spaced retrieval: the FSRS schedule read from the progress file, and the review at a notebook's top."""
 import datetime
 import json
+import os
 
+import course
 import pytest
 
+from autograder.grader.execution import SteadyNotebookClient
 from autograder.learner import progress_file, quiz, quiz_schema, review
 
 UTC = datetime.UTC
@@ -403,3 +406,54 @@ def test_derive_questions_answered_in_their_notebook_come_back_in_reviews(derive
     assert capsys.readouterr().out.startswith("Correct")
     assert shape not in {c.question for c in review.session(count=10, now=later + datetime.timedelta(minutes=1))
                          if c.is_due(later + datetime.timedelta(minutes=1))}
+
+
+# --- the review notebook, run top to bottom -------------------------------------------------------------
+REVIEW_NOTEBOOK = course.NOTEBOOKS / f"{review.REVIEW_NOTEBOOK}.ipynb"
+
+
+def run_review_notebook(tmp_path, progress_path, plain):
+    nb = course.read(REVIEW_NOTEBOOK)
+    env = {k: v for k, v in os.environ.items() if k != quiz.PLAIN_ENV_VAR}
+    env.update(COURSE_PROGRESS=str(progress_path), **({quiz.PLAIN_ENV_VAR: "1"} if plain else {}))
+    SteadyNotebookClient(nb, timeout=120, kernel_name="python3",
+                         resources={"metadata": {"path": str(tmp_path)}}).execute(env=env)
+    for cell in nb.cells:
+        assert course.failure_text(cell) == "", f"{cell.source[:60]!r}: {course.failure_text(cell)}"
+    return nb
+
+
+def outputs_of(nb, source):
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and c.source == source]
+    return cell.outputs
+
+
+def test_the_review_notebook_serves_due_questions_from_a_history(tmp_path, private_progress):
+    *_, last = review.course_notebooks()
+    missed, long_ago, recent = questions(last, "numeric")[0], *questions("01_chain_rule", "numeric")[:2]
+    now = datetime.datetime.now(UTC)
+    history = [{**judged(missed, False), "time": (now - datetime.timedelta(hours=1)).isoformat()},
+               {**judged(long_ago, True), "time": (now - datetime.timedelta(days=30)).isoformat()},
+               {**judged(recent, True), "time": (now - datetime.timedelta(hours=1)).isoformat()}]
+    write_history(private_progress, history)
+    nb = run_review_notebook(tmp_path, private_progress, plain=False)
+    due = outputs_of(nb, "review.show_due()")
+    assert "**2 questions due** from all notebooks" in due[0].data["text/markdown"]
+    widgets = [o for o in due[1:] if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(widgets) == review.SESSION_COUNT == len(due) - 1
+    schedule, figure = outputs_of(nb, "progress.show()")
+    assert "**2 questions due now**" in schedule.data["text/markdown"]
+    assert f"| {last} | 1 | — | 0 | 1 |" in schedule.data["text/markdown"]
+    assert "image/png" in figure.data
+
+
+def test_the_review_notebook_without_history_starts_with_the_last_notebook(tmp_path, private_progress):
+    *_, last = review.course_notebooks()
+    nb = run_review_notebook(tmp_path, private_progress, plain=True)
+    first, *shown = outputs_of(nb, "review.show_due()")
+    assert "**0 questions due** from all notebooks" in first.data["text/markdown"]
+    assert len(shown) == review.SESSION_COUNT
+    assert shown[0].data["text/markdown"].startswith(f"**R1.** *from {last}: not answered yet*")
+    assert "review='review'" in shown[0].data["text/markdown"]
+    (nothing,) = outputs_of(nb, "progress.show()")
+    assert nothing.name == "stdout" and nothing.text.startswith("Nothing recorded yet")

@@ -3,8 +3,10 @@
 `release [--check] [NOTEBOOK ...]` regenerates the student notebooks in notebooks/ from the nbgrader source in
 solutions/ (solutions replaced by stubs, hidden tests removed, outputs cleared) and puts the Colab
 first cell in each (autograder/grader/colab.py; solutions/ never hold it). It works in a temporary course
-directory, so the instructor's own gradebook and folders are never touched. It also points the
-README's "Open in Colab" links at the repository that autograder/grader/colab.py names.
+directory, so the instructor's own gradebook and folders are never touched. It also writes the
+notebooks that are not assignments (EXTRAS: the review notebook, from ungraded/review.ipynb; never
+graded, so not in solutions/) with their outputs cleared and the same Colab first cell, and points
+the README's "Open in Colab" links at the repository that autograder/grader/colab.py names.
 
 `grade [NOTEBOOK ...]` grades every submission in submitted/ (or a folder of LMS .zip
 downloads) in parallel, records the scores in nbgrader's gradebook and writes a report; see
@@ -25,10 +27,15 @@ from autograder.grader import colab
 from autograder.grader.nbgrader_run import nbgrader_env
 
 NOT_ALL_GRADED = 2  # exit status: the run finished, but some submissions scored 0 without being graded
+EXTRAS = ("review",)  # released from ungraded/<name>.ipynb beside the assignments, never graded
 
 
 def assignments(root: pathlib.Path) -> list:
     return sorted(p.name for p in (root / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
+
+
+def extra_source(root: pathlib.Path, name: str) -> pathlib.Path:
+    return root / "ungraded" / f"{name}.ipynb"
 
 
 def generate(root: pathlib.Path, names: list, out: pathlib.Path) -> list:
@@ -49,6 +56,18 @@ def generate(root: pathlib.Path, names: list, out: pathlib.Path) -> list:
     return released
 
 
+def generate_extra(root: pathlib.Path, name: str, out: pathlib.Path) -> pathlib.Path:
+    """A notebook that is not an assignment, as released: outputs cleared, the Colab first cell added."""
+    import nbformat  # here, as in colab.py: only releasing needs it
+    nb = nbformat.read(extra_source(root, name), as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    path = out / f"{name}.ipynb"
+    nbformat.write(colab.with_bootstrap(nb), path)
+    return path
+
+
 def stale_notebooks(root: pathlib.Path, released: list) -> list:
     """Names of notebooks/ files that differ from a fresh release (or are missing)."""
     stale = []
@@ -62,12 +81,15 @@ def stale_notebooks(root: pathlib.Path, released: list) -> list:
 def release(root: pathlib.Path, names: list, check: bool) -> int:
     readme = root / "README.md"
     text = readme.read_text(encoding="utf-8") if readme.exists() else ""
+    names = names or assignments(root) + list(EXTRAS)
     with tempfile.TemporaryDirectory() as tmp:
-        released = generate(root, names or assignments(root), pathlib.Path(tmp))
+        graded = [n for n in names if n not in EXTRAS]
+        released = generate(root, graded, pathlib.Path(tmp)) if graded else []
+        released += [generate_extra(root, n, pathlib.Path(tmp)) for n in names if n in EXTRAS]
         if check:
             stale = stale_notebooks(root, released)
             for name in stale:
-                print(f"notebooks/{name} is stale: run `make release` to regenerate it from solutions/")
+                print(f"notebooks/{name} is stale: run `make release` to regenerate it from solutions/ or ungraded/")
             if colab.with_current_links(text) != text:
                 stale.append("README.md")
                 print(f"README.md's Open in Colab links do not point at {colab.REPOSITORY} ({colab.BRANCH}): "
@@ -104,6 +126,10 @@ def grade(args) -> int:
     print("report: " + ", ".join(str(f) for f in files))
     print(f"graded {total - failed} of {total} submissions in {minutes:.1f} min "
           f"({total / max(minutes, 1e-9):.1f} per minute); scores are in the gradebook")
+    flagged = sum(bool(o.flags) for o in result.outcomes.values())
+    if flagged:
+        print(f"{flagged} submission{'s' * (flagged != 1)} reach{'es' * (flagged == 1)} for the grader's internals "
+              "(hooks, code objects, the checks, answer keys): flags.csv in the report lists each line to read")
     ours = sum(o.grader_side for o in result.not_graded())
     if failed - ours:
         print(f"{failed - ours} submission{'s' * (failed - ours != 1)} could not be graded and scored 0: "
@@ -127,8 +153,8 @@ def at_least_one(text: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="backprop-course", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    rel = commands.add_parser("release", help="regenerate notebooks/ from solutions/")
-    rel.add_argument("notebooks", nargs="*", help="assignment names (default: all)")
+    rel = commands.add_parser("release", help="regenerate notebooks/ from solutions/ and ungraded/")
+    rel.add_argument("notebooks", nargs="*", help=f"assignment names or {', '.join(EXTRAS)} (default: all)")
     rel.add_argument("--check", action="store_true", help="only report stale notebooks (exit 1 if any)")
     rel.add_argument("--root", type=pathlib.Path, default=pathlib.Path.cwd(), help="the course repository")
     gr = commands.add_parser("grade", help="grade every submission in parallel into the gradebook, with a report")
