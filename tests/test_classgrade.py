@@ -921,3 +921,14 @@ def test_a_worker_with_several_threads_grades_one_submission_at_a_time(monkeypat
     for t in threads:
         t.join()
     assert len(most) == 3 and max(most) == 1
+
+
+def test_lines_that_reach_for_the_grader_are_listed_for_the_instructor(graded):
+    with open(graded.root / "reports" / "flags.csv") as f:
+        flagged = {}
+        for row in csv.DictReader(f):
+            flagged.setdefault(row["student"], set()).add(row["what"])
+    assert "the grading package's internals" in flagged["patches_the_checks"]
+    assert "the grading package's internals" in flagged["copies_from_the_install_checkout"]
+    assert "builtins" in flagged["patches_builtins"] and "an answer key" in flagged["copies_the_solution"]
+    assert "perfect" not in flagged and "blank" not in flagged

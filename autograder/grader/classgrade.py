@@ -27,7 +27,7 @@ import nbformat
 from nbgrader import utils
 from nbgrader.api import Gradebook, MissingEntry
 
-from autograder.grader import isolation, keys, recording, sanitize, submissions, trusted
+from autograder.grader import flags, isolation, keys, recording, sanitize, submissions, trusted
 from autograder.grader.nbgrader_run import nbgrader_runner, with_scripts_on_path
 from autograder.grader.sandbox import Limits, run_notebook, thread_pool
 
@@ -189,7 +189,7 @@ def trusted_names(root: pathlib.Path, name: str):
 
 
 def _record(recorder, outcomes, key, *, executed=None, source=None, reason="", notes=(), seconds=0.0,
-            grader_side=False):
+            grader_side=False, flagged=()):
     """Record one submission; a failure to record it is that submission's problem only.
 
     `reason` without `executed`: not graded. Its files were at fault (the student's 0, with the
@@ -201,7 +201,7 @@ def _record(recorder, outcomes, key, *, executed=None, source=None, reason="", n
         try:
             messages = recorder.graded(student, assignment, executed, source)
             outcomes[key] = recording.Outcome(student, assignment, True, notes=list(notes), messages=messages,
-                                              seconds=seconds)
+                                              seconds=seconds, flags=list(flagged))
             return
         except Exception as err:  # a database or file error here must not stop the class
             recorder.gb.db.rollback()
@@ -209,7 +209,8 @@ def _record(recorder, outcomes, key, *, executed=None, source=None, reason="", n
     if not grader_side:
         recorder.not_graded(student, assignment, reason)
     outcomes[key] = recording.Outcome(student, assignment, False, reason=recording.capped(reason),
-                                      grader_side=grader_side, notes=list(notes), seconds=seconds)
+                                      grader_side=grader_side, notes=list(notes), seconds=seconds,
+                                      flags=list(flagged))
 
 
 def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None, limits: Limits | None = None,
@@ -252,16 +253,16 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
             if jobs:
                 with clock("wait for the cluster to start"):
                     client = background.get()
-                for key, nb, notes in jobs:
+                for key, nb, notes, flagged in jobs:
                     future = client.submit(execute_submission, nbformat.writes(nb), dataclasses.asdict(limits),
                                            names_of[key[1]], hidden, key_paths[key[1]], str(root), pure=False)
-                    futures[future] = (key, nb, notes)
+                    futures[future] = (key, nb, notes, flagged)
             bar = tqdm(total=len(futures), unit="notebook", desc="grading", disable=not progress, file=sys.stdout)
             with clock("run notebooks (parallel), recording each as it returns"):
                 for future in as_completed(futures):
-                    key, nb, notes = futures[future]
+                    key, nb, notes, flagged = futures[future]
                     with clock("  of which recording scores"):
-                        _collect(future, key, nb, notes, recorder, outcomes, sources)
+                        _collect(future, key, nb, notes, flagged, recorder, outcomes, sources)
                     bar.set_postfix_str(f"{key[0]}/{key[1]} {outcomes[key].seconds:.1f} s")
                     bar.update()
             bar.close()
@@ -285,11 +286,19 @@ class Phases:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - began
 
 
+def released_lines(root: pathlib.Path, name: str) -> set:
+    """The lines of the notebook students were given (release/, else the source): not theirs to flag."""
+    for path in (root / "release" / name / f"{name}.ipynb", root / "solutions" / name / f"{name}.ipynb"):
+        if path.is_file():
+            return flags.released_lines(nbformat.read(path, as_version=4))
+    return set()
+
+
 def _prepare_all(root, names, sources, problems) -> tuple:
-    """([(key, notebook to run, notes)], {key: why it cannot be graded}, {keys never to record in
+    """([(key, notebook to run, notes, flags)], {key: why it cannot be graded}, {keys never to record in
     the gradebook}) for every submission."""
     found, more = submissions.find_submissions(root, names)
-    blocked = {}
+    blocked, released = {}, {}
     for problem in problems + more:
         blocked.setdefault((problem.student, problem.assignment), problem.reason)
     unrecorded = {(p.student, p.assignment) for p in problems + more if not p.recorded}
@@ -300,29 +309,32 @@ def _prepare_all(root, names, sources, problems) -> tuple:
             continue
         try:
             nb, notes = prepare(root, sub, sources[sub.assignment])
+            if sub.assignment not in released:
+                released[sub.assignment] = released_lines(root, sub.assignment)
+            flagged = flags.scan(nb, released[sub.assignment])
         except submissions.NotGradable as err:
             blocked[key] = str(err)
             continue
         except Exception as err:  # whatever else one file does, it is that submission's problem only
             blocked[key] = recording.capped(f"could not be prepared for grading ({type(err).__name__}: {err})")
             continue
-        jobs.append((key, nb, notes))
+        jobs.append((key, nb, notes, flagged))
     return jobs, blocked, unrecorded
 
 
-def _collect(future, key, nb, notes, recorder, outcomes, sources):
+def _collect(future, key, nb, notes, flagged, recorder, outcomes, sources):
     """Record what a worker returned for one submission (or why it returned nothing)."""
     try:
         result = future.result()
         executed = recording.merged(nb, nbformat.reads(result["notebook"], as_version=4))
     except trusted.GraderFailure as err:  # the grader's own side: not graded, with the cause
         _record(recorder, outcomes, key, reason=f"the grader failed, not the submission: {err}", notes=notes,
-                grader_side=True)
+                grader_side=True, flagged=flagged)
     except Exception as err:  # a worker died or failed while it ran this submission: not graded, the run goes on
         _record(recorder, outcomes, key, reason=f"the grading worker failed: {type(err).__name__}: {err}", notes=notes,
-                grader_side=True)
+                grader_side=True, flagged=flagged)
     else:
-        _record(recorder, outcomes, key, executed=executed, source=sources[key[1]], notes=notes,
+        _record(recorder, outcomes, key, executed=executed, source=sources[key[1]], notes=notes, flagged=flagged,
                 seconds=result["seconds"])
 
 

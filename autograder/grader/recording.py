@@ -67,6 +67,7 @@ class Outcome:
     graded: bool
     reason: str = ""  # why it was not graded
     grader_side: bool = False  # the grader failed, not the submission: nothing was written to the gradebook
+    flags: list = dataclasses.field(default_factory=list)  # flags.Flag: what in its source reaches for the grader
     notes: list = dataclasses.field(default_factory=list)  # what was restored or ignored
     messages: dict = dataclasses.field(default_factory=dict)  # grade_id -> why it lost points
     seconds: float = 0.0

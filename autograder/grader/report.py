@@ -1,5 +1,5 @@
 """A class's results at a glance: a CSV of every student x exercise, the submissions that could
-not be graded, and three plots.
+not be graded, the lines of submissions that reach for the grader (flags.csv), and three plots.
 
 Rows come from the gradebook (`classgrade.scores`), so manual grades entered in the
 formgrader show up too. failures.csv lists each submission this run could not grade (it scored
@@ -22,6 +22,7 @@ from autograder.grader.recording import capped  # noqa: E402
 
 FIELDS = ["student", "notebook", "exercise", "score", "max_score", "message"]
 FAILURE_FIELDS = ["student", "notebook", "graded", "problem"]
+FLAG_FIELDS = ["student", "notebook", "cell", "line", "what", "text"]
 
 
 def safe_text(value):
@@ -54,6 +55,12 @@ def failure_rows(outcomes) -> list:
         rows += [{"student": o.student, "notebook": o.assignment, "graded": "yes" if o.graded else "no",
                   "problem": note} for note in o.notes]
     return rows
+
+
+def flag_rows(outcomes) -> list:
+    """One row per line of a submission that reaches for the grader (autograder.grader.flags)."""
+    return [{"student": o.student, "notebook": o.assignment, "cell": f.cell, "line": f.line, "what": f.what,
+             "text": f.text} for o in sorted(outcomes, key=lambda o: (o.assignment, o.student)) for f in o.flags]
 
 
 def totals(rows: list) -> dict:
@@ -123,10 +130,12 @@ def write_report(rows: list, folder: pathlib.Path, outcomes=(), zip_ids=None) ->
     unpacked) in `folder`; return the files written."""
     folder.mkdir(parents=True, exist_ok=True)
     write_csv(rows, folder / "scores.csv")
+    outcomes = list(outcomes)
     write_csv(failure_rows(outcomes), folder / "failures.csv", FAILURE_FIELDS)
+    write_csv(flag_rows(outcomes), folder / "flags.csv", FLAG_FIELDS)
     kinds = [{"message": kind, "count": n} for kind, n in common_failures(rows, top=None)]
     write_csv(kinds, folder / "failure_kinds.csv", ["message", "count"])
-    files = [folder / "scores.csv", folder / "failures.csv", folder / "failure_kinds.csv"]
+    files = [folder / "scores.csv", folder / "failures.csv", folder / "flags.csv", folder / "failure_kinds.csv"]
     if zip_ids:
         write_csv([{"zip": k, "student": v} for k, v in sorted(zip_ids.items())], folder / "zip_students.csv",
                   ["zip", "student"])
