@@ -113,6 +113,32 @@ def test_autograd_graphs_are_deterministic_and_pass_a_correct_walk():
         assert torch.equal(build().detach(), again[what]().detach())
 
 
+def test_the_deep_graph_is_deeper_than_pythons_stack_and_a_recursive_walk_is_told_so():
+    """The notebook says the tests walk a graph thousands of nodes deep; a walk that recurses per level fails."""
+    import sys
+
+    def recursive(t):
+        def walk(level, seen):
+            following = []
+            for node in level:
+                for child, _ in node.next_functions:
+                    if child is not None and child not in seen:
+                        seen.add(child)
+                        following.append(child)
+            return [type(node).__name__ for node in level] + (walk(following, seen) if following else [])
+        return walk([t.grad_fn], {t.grad_fn}) if t.grad_fn is not None else []
+
+    graphs = graph_walk.autograd_graphs(seed=1)
+    build_deep = next(build for what, build in graphs if "nodes deep" in what)
+    assert len(KEY.grad_fn_names(build_deep())) == graph_walk.DEEP + 2 >= 2000
+    assert graph_walk.DEEP > sys.getrecursionlimit()
+    shallow = [g for g in graphs if "nodes deep" not in g[0]]
+    graph_walk.check_grad_fn_names("grad_fn_names", recursive, shallow, KEY.grad_fn_names)  # right where it runs
+    with pytest.raises(GradingError, match="RecursionError") as caught:
+        graph_walk.check_grad_fn_names("grad_fn_names", recursive, graphs, KEY.grad_fn_names)
+    assert "a loop and a queue of your own" in str(caught.value)
+
+
 def test_grad_fn_names_wants_builders_and_expected_names():
     x = torch.ones(3, requires_grad=True)
     with pytest.raises(TypeError, match="function that builds it"):
@@ -227,6 +253,40 @@ def test_distill_checks_accept_a_correct_answer():
     distillation.check_distill_models("distill_loss", distill, seed=3)
 
 
+def log_of_softmax(s, t, T=2.0):
+    p_t = F.softmax(t.detach() / T, dim=-1)
+    return F.kl_div(torch.log(F.softmax(s / T, dim=-1)), p_t, reduction="batchmean") * T * T
+
+
+def test_large_logits_break_log_of_softmax_and_not_log_softmax():
+    """The battery's large logits make log(softmax(.)) -inf; the float64 reference and log_softmax stay
+    finite, and the failure names the stress."""
+    dtype = torch.float32
+    s, t = distillation._logits(5, 7, 437, dtype, "cpu", "large")
+    assert s.abs().max() > 100 and torch.isfinite(KEY.distill_loss(s, t, 1.0))
+    assert not torch.isfinite(log_of_softmax(s, t, 1.0))
+    distillation.check_distill_value("distill_loss", distill, KEY.distill_loss, B=5, C=7, T=1.0, seed=437,
+                                     dtype=dtype, scale="large")
+    with pytest.raises(GradingError, match="fails for float32 logits as large as a few hundred") as caught:
+        distillation.check_distill_value("distill_loss", log_of_softmax, KEY.distill_loss, B=5, C=7, T=1.0, seed=437,
+                                         dtype=dtype, scale="large")
+    assert "log_softmax" in str(caught.value)
+
+
+def test_large_logit_gradients_and_a_batch_of_one_are_named():
+    distillation.check_distill_gradients("distill_loss", distill, B=5, C=7, T=1.0, seed=445, dtype=torch.float32,
+                                         scale="large")
+    with pytest.raises(GradingError, match="fails for float32 logits as large as a few hundred"):
+        distillation.check_distill_gradients("distill_loss", log_of_softmax, B=5, C=7, T=1.0, seed=445,
+                                             dtype=torch.float32, scale="large")
+    def wrong_for_one(s, t, T=2.0):
+        return distill(s, t, T) * (2 if len(s) == 1 else 1)
+
+    distillation.check_distill_value("distill_loss", wrong_for_one, KEY.distill_loss, B=4, C=5, T=2.0, seed=430)
+    with pytest.raises(GradingError, match="fails for a batch of one"):
+        distillation.check_distill_value("distill_loss", wrong_for_one, KEY.distill_loss, B=1, C=2, T=1.0, seed=431)
+
+
 def test_distill_checks_name_the_slips():
     with pytest.raises(GradingError, match="T\\*\\*2 factor is missing"):
         distillation.check_distill_value("distill_loss", lambda s, t, T=2.0: distill(s, t, T) / T ** 2,
@@ -260,7 +320,7 @@ def test_per_loss_check_accepts_autograd_grad_and_restores_nothing_it_did_not_to
 
 
 def test_the_stated_example_is_what_the_key_gives():
-    losses, params = per_loss.shared_product_setup()
+    losses, params, _ = per_loss.shared_product_setup()
     got = KEY.per_loss_grads(losses, params)
     assert [tuple(g.tolist() for g in loss) for loss in got] == [([3.0, 3.0], [3.0]), ([18.0, 36.0], [30.0]),
                                                                  ([2.0, 4.0], [0.0])]
@@ -277,6 +337,30 @@ def test_per_loss_check_catches_gradients_left_in_grad():
         per_loss.check_per_loss_grads("per_loss_grads", leaves_grad, KEY.per_loss_grads, seed=3)
     with pytest.raises(GradingError, match=r"w\.grad was None before the call"):
         per_loss.check_per_loss_example("per_loss_grads", leaves_grad, EXAMPLE_PER_LOSS)
+
+
+def test_per_loss_check_watches_the_models_other_parameters_and_losses_that_reach_no_param():
+    def backward_restoring(losses, params, inputs=None):
+        saved = [p.grad for p in params]
+        result = []
+        for loss in losses:
+            for p in params:
+                p.grad = None
+            loss.backward(retain_graph=True, inputs=inputs and list(params))
+            result.append(tuple(torch.zeros_like(p) if p.grad is None else p.grad for p in params))
+        for p, g in zip(params, saved):
+            p.grad = g
+        return result
+
+    with_inputs = lambda losses, params: backward_restoring(losses, params, inputs=True)  # noqa: E731
+    for fn in (per_loss_ok, with_inputs):  # a loss that reaches none of the params; losses that share none
+        per_loss.check_per_loss_grads("per_loss_grads", fn, KEY.per_loss_grads, seed=4, which=(0,),
+                                      param_names=["head_b.weight", "head_b.bias"])
+        per_loss.check_per_loss_grads("per_loss_grads", fn, KEY.per_loss_grads, seed=5, which=(0, 1),
+                                      param_names=["head_a.weight", "head_b.weight"])
+    with pytest.raises(GradingError, match=r"trunk\.weight\.grad \(a parameter of the model, not in params\)"):
+        per_loss.check_per_loss_grads("per_loss_grads", backward_restoring, KEY.per_loss_grads, seed=6, which=(0, 1),
+                                      param_names=["head_a.weight", "head_b.weight"])
 
 
 def test_per_loss_example_names_the_leak_of_one_loss_into_the_next():
@@ -324,6 +408,7 @@ def test_accumulation_check_names_the_equal_weights_slip_and_the_single_backward
 # --- train_step ----------------------------------------------------------------------------------
 def test_train_step_checks_accept_the_reference_order():
     training_step.check_train_step("train_step", step, KEY.train_step, seed=1, max_norm=0.5)
+    training_step.check_train_step("train_step", step, KEY.train_step, seed=1, max_norm=0.5, batch_size=1)
     training_step.check_train_step("train_step", step, KEY.train_step, seed=2, optimizer="adamw", dtype=torch.float32)
     training_step.check_train_step_example("train_step", step, **EXAMPLE_STEP)
     training_step.check_train_step_keeps_no_graph("train_step", step, seed=3, steps=20)
@@ -414,6 +499,20 @@ def test_predict_check_accepts_inference_mode_and_repairs_grad_mode():
     with pytest.raises(GradingError, match="switched off"):
         prediction.check_predict("predict", switches_off, seed=2)
     assert torch.is_grad_enabled()
+
+
+def test_a_batch_of_one_is_named_where_a_squeeze_drops_it():
+    def squeezes(model, x):
+        with torch.inference_mode():
+            return model(x).squeeze()
+
+    prediction.check_predict("predict", squeezes, seed=3)  # right for a batch of five
+    with pytest.raises(GradingError, match="fails for a batch of one: do not .squeeze"):
+        prediction.check_predict("predict", squeezes, seed=3, n=1)
+    accumulation.check_accumulated_grads("accumulated_grads", accumulate, n=1, k=1, seed=4)
+    with pytest.raises(GradingError, match="fails for a batch of one"):
+        accumulation.check_accumulated_grads("accumulated_grads", lambda m, f, x, y, k: accumulate(m, f, x, y, k)[1:],
+                                             n=1, k=1, seed=4)
 
 
 # --- drawing -------------------------------------------------------------------------------------

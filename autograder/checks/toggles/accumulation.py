@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import checks
-from autograder.checks import GradingError
+from autograder.checks import GradingError, battery
 from autograder.checks.toggles.cases import GRAD_ON, expect_close_reordered, run_case, summary, unreadable
 from autograder.checks.toggles.models import tanh_mlp
 from autograder.learner import inputs
@@ -91,7 +91,14 @@ def check_accumulated_grads(exercise, fn, *, n, k, seed, dtype=torch.float64, ta
                             hidden=16, memory=False):
     """fn(model, loss_fn, x, y, k) equals the full-batch mean-loss gradient, leaves it in .grad
     (stale gradients discarded, frozen parameters untouched) and, with memory=True, never holds more
-    than MEMORY_SHARE of the full batch's saved activations at once."""
+    than MEMORY_SHARE of the full batch's saved activations at once. n=1 (a batch of one) names that
+    stress under any failure."""
+    with battery.trying(exercise, "batch-of-one") if n == 1 else contextlib.nullcontext():
+        _check_accumulated_grads(exercise, fn, n=n, k=k, seed=seed, dtype=dtype, task=task, frozen=frozen,
+                                 hidden=hidden, memory=memory)
+
+
+def _check_accumulated_grads(exercise, fn, *, n, k, seed, dtype, task, frozen, hidden, memory):
     device = get_device()
     model, loss_fn, x, y = regression(seed, dtype, device, n, hidden, task)
     reference, _, _, _ = regression(seed, dtype, device, n, hidden, task)

@@ -5,14 +5,20 @@ The loss's value has only one reference, an answer: a check of the value takes i
 gradient needs no answer: with p = softmax(logits / T), the gradient of T^2 * KL(p_teacher ||
 p_student) (batch mean) with respect to the student's logits is T / B * (p_student - p_teacher),
 which is what the gradient checks compare with, written out here (`_student_gradient`).
+
+Logits of a few hundred (`scale="large"`, the battery's `large_logits`) are where a right-looking loss
+breaks: a probability that underflows to 0 makes log(softmax(.)) -inf, a KL written out with
+p * log(p) gives 0 * -inf = NaN, and exp(logits) overflows. Their references are computed in float64
+from the same inputs, and a failure there names the stress.
 """
+import contextlib
 import dataclasses
 import math
 
 import torch
 
 from autograder import checks
-from autograder.checks import GradingError
+from autograder.checks import GradingError, battery
 from autograder.checks.toggles.cases import GRAD_ON, expect_close_reordered, run_case, unreadable
 from autograder.checks.toggles.models import tanh_mlp
 from autograder.learner import inputs
@@ -20,15 +26,39 @@ from autograder.learner.device import get_device
 
 
 def _student_gradient(student_logits, teacher_logits, T):
-    """d loss / d student_logits in closed form: T / B * (softmax(s / T) - softmax(t / T))."""
+    """d loss / d student_logits in closed form, T / B * (softmax(s / T) - softmax(t / T)), computed in
+    float64 and given back in the logits' dtype."""
     B = student_logits.shape[0]
-    return T / B * (torch.softmax(student_logits.detach() / T, -1) - torch.softmax(teacher_logits.detach() / T, -1))
+    s, t = student_logits.detach().double(), teacher_logits.detach().double()
+    return (T / B * (torch.softmax(s / T, -1) - torch.softmax(t / T, -1))).to(student_logits.dtype)
+
+
+def _logits(B, C, seed, dtype, device, scale):
+    """Seeded (student, teacher) logits of shape (B, C): entries of size ~`scale`, or with scale="large"
+    the battery's large logits (up to a few hundred, one clear winner per row)."""
+    if scale == "large":
+        return tuple(battery.large_logits(B, C, seed=seed + k, dtype=dtype, device=device) for k in (0, 1))
+    return tuple(inputs.randn(B, C, seed=seed + k, dtype=dtype, device=device, scale=scale) for k in (0, 1))
+
+
+def _stressed(exercise, B, scale):
+    """The battery's stress these logits are, named under any failure: large logits, a batch of one."""
+    if scale == "large":
+        return battery.trying(exercise, "large-logits", what="logits")
+    if B == 1:
+        return battery.trying(exercise, "batch-of-one")
+    return contextlib.nullcontext()
+
+
+def _describe_scale(scale):
+    return "entries up to a few hundred (large logits)" if scale == "large" else f"entries of size ~{scale:g}"
 
 
 def _distill_hint(got, expected, B, C, T):
     if not math.isfinite(got):
-        return ("the loss is not finite: take log_softmax of the scaled logits (log(softmax(.)) underflows "
-                "to -inf for large logits)")
+        return ("the loss is not finite: take log-probabilities with log_softmax of the scaled logits "
+                "(log(softmax(.)) is -inf where a probability underflows to 0, p * log(p) is then 0 * -inf = NaN, "
+                "and exp of a large logit overflows)")
     if expected == 0:
         return ""
     ratio = got / expected
@@ -52,15 +82,16 @@ def _compare_loss(exercise, got, expected, case, B, C, T):
 
 
 def check_distill_value(exercise, fn, reference, *, B, C, T, seed, dtype=torch.float64, scale=3.0, pass_T=True):
-    """fn(student_logits, teacher_logits, T) on seeded logits equals reference(...) (the answer key)."""
-    device = get_device()
-    s = inputs.randn(B, C, seed=seed, dtype=dtype, device=device, scale=scale)
-    t = inputs.randn(B, C, seed=seed + 1, dtype=dtype, device=device, scale=scale)
-    case = (f"student and teacher logits of shape ({B}, {C}), {dtype}, entries of size ~{scale:g}, "
+    """fn(student_logits, teacher_logits, T) on seeded logits equals reference(...) (the answer key),
+    computed in float64 from the same logits. scale="large": logits of a few hundred."""
+    s, t = _logits(B, C, seed, dtype, get_device(), scale)
+    case = (f"student and teacher logits of shape ({B}, {C}), {dtype}, {_describe_scale(scale)}, "
             + (f"T={T:g}" if pass_T else "T left at its default"))
-    expected = reference(s, t, T if pass_T else 2.0)  # before the call: it may change s or t
-    got = run_case(exercise, lambda: fn(s, t, T) if pass_T else fn(s, t), case)
-    _compare_loss(exercise, got, expected, case, B, C, T if pass_T else 2.0)
+    # in float64 from the same logits, before the call (it may change s or t)
+    expected = reference(s.double(), t.double(), T if pass_T else 2.0).to(dtype)
+    with _stressed(exercise, B, scale):
+        got = run_case(exercise, lambda: fn(s, t, T) if pass_T else fn(s, t), case)
+        _compare_loss(exercise, got, expected, case, B, C, T if pass_T else 2.0)
 
 
 def check_distill_example(exercise, fn, student_logits, teacher_logits, T, expected):
@@ -84,11 +115,6 @@ class Backward:
     loss: object
     has_graph: bool
     grads: dict
-
-
-def _logits(B, C, seed, dtype, device, scale):
-    return (inputs.randn(B, C, seed=seed, dtype=dtype, device=device, scale=scale),
-            inputs.randn(B, C, seed=seed + 1, dtype=dtype, device=device, scale=scale))
 
 
 def backward_through(loss, tensors):
@@ -137,10 +163,16 @@ def _backward_of(exercise, result, case):
 
 def check_distill_gradients(exercise, fn, *, B, C, T, seed, dtype=torch.float64, scale=3.0):
     """Leaf logits that both require grad: after backward the student's .grad is T / B * (p_student -
-    p_teacher) and the teacher's .grad is None."""
+    p_teacher) and the teacher's .grad is None. scale="large": logits of a few hundred."""
+    with _stressed(exercise, B, scale):
+        _check_distill_gradients(exercise, fn, B=B, C=C, T=T, seed=seed, dtype=dtype, scale=scale)
+
+
+def _check_distill_gradients(exercise, fn, *, B, C, T, seed, dtype, scale):
     device = get_device()
     s, t = _logits(B, C, seed, dtype, device, scale)
-    case = f"leaf student and teacher logits ({B}, {C}) that both require grad, {dtype}, T={T:g}"
+    case = (f"leaf student and teacher logits ({B}, {C}) that both require grad, {dtype}, {_describe_scale(scale)}, "
+            f"T={T:g}")
     result = run_case(exercise, lambda: run_distill_on_leaves(fn, B, C, T, seed, dtype, scale), case)
     _backward_of(exercise, result, case)
     s_grad, t_grad = result.grads.get("student_logits"), result.grads.get("teacher_logits")

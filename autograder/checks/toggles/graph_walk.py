@@ -9,10 +9,15 @@ import torch
 import torch.nn.functional as F
 
 from autograder import checks
+from autograder.checks import GradingError
 from autograder.checks.toggles.cases import GRAD_ON, run_case, summary, type_name
 from autograder.checks.toggles.models import tanh_mlp
 from autograder.learner import inputs
 from autograder.learner.device import get_device
+
+# Deeper than Python's default recursion limit (1000 nested calls): a walk that recurses once per
+# level of the graph stops with a RecursionError, as 02's recursive topological sort would.
+DEEP = 4000
 
 
 class _Double(torch.autograd.Function):
@@ -29,7 +34,8 @@ class _Double(torch.autograd.Function):
 
 def autograd_graphs(seed, dtype=torch.float64, device=None):
     """[(description, build)]: autograd graphs that tell a breadth-first walk that visits each node once
-    apart from the usual slips (depth first, duplicates, names merged, None entries, roots, leaves).
+    apart from the usual slips (depth first, duplicates, names merged, None entries, roots, leaves,
+    recursion that a deep graph exhausts).
 
     `build()` makes the graph afresh from leaves drawn here: a graph cannot be sent to the learner's
     kernel (pickling keeps a tensor's values, not its grad_fn), a builder and its leaves can."""
@@ -64,6 +70,16 @@ def autograd_graphs(seed, dtype=torch.float64, device=None):
             h = torch.tanh(h) + h * 0.5  # every step uses the previous node twice
         return h.sum()
 
+    def squared():
+        h = x * w
+        return (h * h).sum()
+
+    def deep():
+        h = x
+        for _ in range(DEEP):
+            h = torch.tanh(h)
+        return h.sum()
+
     return [
         ("h = x * w; L = h.sum() + h.mean()  (h is shared)", shared),
         ("L = ((x * w) * (w * 3)).sum()  (three different MulBackward0 nodes)", lambda: ((x * w) * (w * 3)).sum()),
@@ -77,6 +93,8 @@ def autograd_graphs(seed, dtype=torch.float64, device=None):
         ("(inp @ W.T + (inp @ A.T) @ B.T).pow(2).mean() with W frozen (a LoRA layer)",
          lambda: (lora_in @ W_frozen.T + (lora_in @ A.T) @ B.T).pow(2).mean()),
         ("60 steps of h = tanh(h) + h * 0.5  (2**60 paths, 182 nodes)", ladder),
+        ("h = x * w; L = (h * h).sum()  (one node twice in the same next_functions)", squared),
+        (f"{DEEP} steps of h = tanh(h)  (a graph {DEEP + 2} nodes deep)", deep),
         ("x itself: a leaf, grad_fn is None", lambda: x),
         ("c * 2 with c a constant: no graph at all", lambda: c * 2),
     ]
@@ -127,8 +145,15 @@ def check_grad_fn_names(exercise, fn, graphs, reference=None, time_limit=10.0):
             raise TypeError(f"check_grad_fn_names: no expected names for the graph of {what}: give them, "
                             "or a reference")
         expected = list(stated[0]) if stated else list(reference(build()))
-        got = run_case(exercise, functools.partial(run_graph_walk, fn, build), f"the graph of {what}",
-                       time_limit=time_limit)
+        try:
+            got = run_case(exercise, functools.partial(run_graph_walk, fn, build), f"the graph of {what}",
+                           time_limit=time_limit)
+        except GradingError as err:
+            if "RecursionError" not in str(err):
+                raise
+            raise GradingError(f"{err}\n  hint: a function that calls itself once per level of the graph runs out "
+                               "of Python's stack on a deep graph (about 1000 nested calls): walk it with a loop "
+                               "and a queue of your own") from None
         if not isinstance(got, (list, tuple)):
             checks.fail(exercise, f"should return a list of class names, got {summary(got)}",
                         details=f"  for the graph of: {what}")

@@ -1,5 +1,6 @@
 """per_loss_grads: the gradients of several losses of one forward pass, each on its own, and .grad
-left as it was.
+left as it was: that of the params, and that of every other leaf of the graph (the model's other
+parameters, which a backward() without `inputs=` would fill).
 
 The reference for a loss's gradients is that loss alone, from a forward pass of its own. Taking a
 gradient is what the exercise asks, so hidden tests pass the course's answer key as `reference`
@@ -31,22 +32,24 @@ def multitask_losses(model, seed, dtype, device):
 
 
 def multitask_setup(seed, which, param_names, dtype):
-    """(losses `which` of one forward through a seeded TwoHeads model, the parameters `param_names`)."""
+    """(losses `which` of one forward through a seeded TwoHeads model, the parameters `param_names`,
+    {name: parameter} of the model's other parameters)."""
     device = get_device()
     model = two_heads(seed, dtype, device)
     named = dict(model.named_parameters())
     losses = multitask_losses(model, seed, dtype, device)
-    return [losses[i] for i in which], [named[n] for n in param_names]
+    others = {n: p for n, p in named.items() if n not in param_names}
+    return [losses[i] for i in which], [named[n] for n in param_names], others
 
 
 def shared_product_setup(dtype=torch.float64):
     """w = [1, 2] and v = [3] (leaves), h = w * v; losses [h.sum(), (h * h).sum(), (w * w).sum()]:
-    the first two share h, the third does not depend on v."""
+    the first two share h, the third does not depend on v. No other leaf: ({} as the third item)."""
     device = get_device()
     w = torch.tensor([1.0, 2.0], dtype=dtype, device=device, requires_grad=True)
     v = torch.tensor([3.0], dtype=dtype, device=device, requires_grad=True)
     h = w * v
-    return [h.sum(), (h * h).sum(), (w * w).sum()], [w, v]
+    return [h.sum(), (h * h).sum(), (w * w).sum()], [w, v], {}
 
 
 SHARED_PRODUCT_LOSSES = ("h.sum()", "(h * h).sum()", "(w * w).sum()")
@@ -87,18 +90,19 @@ def _stale_grads(params, seed, dtype, device):
 @GRAD_ON
 def run_per_loss(fn, setup, stale):
     """Driver: fn(losses, params) on `setup()`'s losses (one shared forward) and parameters, their .grad
-    set to `stale` first; returns (what fn returned, every param's .grad after the call)."""
-    losses, params = setup()
+    set to `stale` first; returns (what fn returned, every param's .grad after the call, {name: .grad}
+    of the other leaves, whose .grad was None before the call)."""
+    losses, params, others = setup()
     for p, g in zip(params, stale):
         p.grad = None if g is None else g.clone()
     got = fn(losses, list(params))
-    return got, [p.grad for p in params]
+    return got, [p.grad for p in params], {name: leaf.grad for name, leaf in others.items()}
 
 
 def _compare(exercise, result, expected, *, case, loss_names, param_names, before):
-    if not (isinstance(result, tuple) and len(result) == 2):  # not what the driver returns
+    if not (isinstance(result, tuple) and len(result) == 3):  # not what the driver returns
         unreadable(exercise, result, case)
-    got, after = result
+    got, after, others = result
     if not isinstance(got, (list, tuple)) or len(got) != len(expected):
         checks.fail(exercise, f"should return one tuple per loss ({len(expected)}), got {summary(got)}",
                     details=f"  case: {case}")
@@ -122,6 +126,12 @@ def _compare(exercise, result, expected, *, case, loss_names, param_names, befor
                         details=f"  case: {case}\n  per_loss_grads must leave .grad as it found it (an earlier "
                                 "gradient may be waiting there for the optimizer): use torch.autograd.grad, or save "
                                 "and restore .grad")
+    touched = [name for name, grad in others.items() if grad is not None]
+    if touched:
+        checks.fail(exercise, f"{touched[0]}.grad (a parameter of the model, not in params) was None before the call "
+                              "and holds a tensor after it",
+                    details=f"  case: {case}\n  backward() fills the .grad of every leaf it reaches, not only those "
+                            "of params: use torch.autograd.grad, or pass inputs=params to backward()")
 
 
 def check_per_loss_grads(exercise, fn, reference, *, seed, which=(0, 1, 2), param_names=None, dtype=torch.float64,
@@ -133,7 +143,7 @@ def check_per_loss_grads(exercise, fn, reference, *, seed, which=(0, 1, 2), para
     model = two_heads(seed, dtype, device)
     param_names = list(param_names or dict(model.named_parameters()))
     which = tuple(which)
-    _, params = multitask_setup(seed, which, param_names, dtype)
+    _, params, _ = multitask_setup(seed, which, param_names, dtype)
     before = _stale_grads(params, seed, dtype, device) if stale_grads else [None] * len(params)
     case = (f"losses [{', '.join(LOSS_NAMES[i] for i in which)}] of one forward through "
             f"{describe_model(model)}; params {param_names}; {dtype}"
@@ -142,7 +152,7 @@ def check_per_loss_grads(exercise, fn, reference, *, seed, which=(0, 1, 2), para
     result = run_case(exercise, lambda: run_per_loss(fn, setup, before), case)
     expected = []
     for i in which:  # each loss on a forward pass of its own
-        fresh_losses, fresh_params = multitask_setup(seed, (i,), param_names, dtype)
+        fresh_losses, fresh_params, _ = multitask_setup(seed, (i,), param_names, dtype)
         expected.append(tuple(reference(fresh_losses, fresh_params)[0]))
     _compare(exercise, result, expected, case=case, loss_names=[LOSS_NAMES[i] for i in which],
              param_names=param_names, before=before)

@@ -3,9 +3,12 @@
 The reference is the model's own output computed under torch.no_grad(), which is not an answer
 (its outputs are ordinary tensors, which the check rejects).
 """
+import contextlib
+
 import torch
 
 from autograder import checks
+from autograder.checks import battery
 from autograder.checks.toggles.cases import expect_close_reordered, run_case, summary, unreadable
 from autograder.checks.toggles.models import describe_model, tanh_mlp, two_heads
 from autograder.learner import inputs
@@ -28,7 +31,12 @@ def run_predict(fn, model, x):
 
 def check_predict(exercise, fn, *, seed, model_kind="mlp", dtype=torch.float64, n=5):
     """fn(model, x) returns the model's output, every tensor of it an inference tensor, and leaves
-    gradient tracking switched on."""
+    gradient tracking switched on. n=1 (a batch of one) names that stress under any failure."""
+    with battery.trying(exercise, "batch-of-one") if n == 1 else contextlib.nullcontext():
+        _check_predict(exercise, fn, seed=seed, model_kind=model_kind, dtype=dtype, n=n)
+
+
+def _check_predict(exercise, fn, *, seed, model_kind, dtype, n):
     device = get_device()
     model = tanh_mlp([4, 7, 3], seed, dtype, device) if model_kind == "mlp" else two_heads(seed, dtype, device)
     x = inputs.randn(n, 4, seed=seed + 1, dtype=dtype, device=device)

@@ -6,6 +6,7 @@ tests: `check_train_step_example`). When a step goes wrong, the hint replays the
 copy of the model (each slip is a wrong step, none is the right one) and names the one that matches.
 The no-graph check needs no reference: a saved-tensor ledger and weak references watch the calls.
 """
+import contextlib
 import copy
 import dataclasses
 import gc
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from autograder import checks
-from autograder.checks import GradingError
+from autograder.checks import GradingError, battery
 from autograder.checks.student_calls import UsedAnswerKey, inside_student_call
 from autograder.checks.toggles.cases import GRAD_ON, expect_close_reordered, run_case, unreadable
 from autograder.checks.toggles.models import describe_model, tanh_mlp
@@ -25,9 +26,9 @@ from autograder.learner.device import get_device
 from autograder.learner.memory import SavedTensorLedger
 
 
-def training_setup(seed, dtype=torch.float64, device=None, optimizer="sgd", target_scale=10.0):
-    """A Linear-Tanh-Linear model, its optimizer, MSE loss and a stream of batches whose large targets
-    give gradient norms well above 1, so that clipping matters."""
+def training_setup(seed, dtype=torch.float64, device=None, optimizer="sgd", target_scale=10.0, batch_size=6):
+    """A Linear-Tanh-Linear model, its optimizer, MSE loss and a stream of batches of `batch_size` whose
+    large targets give gradient norms well above 1, so that clipping matters."""
     device = device or get_device()
     model = tanh_mlp([5, 8, 2], seed, dtype, device)
     if optimizer == "sgd":
@@ -36,8 +37,8 @@ def training_setup(seed, dtype=torch.float64, device=None, optimizer="sgd", targ
         opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.01)
 
     def batch(k):
-        x = inputs.randn(6, 5, seed=seed + 100 + k, dtype=dtype, device=device)
-        y = inputs.randn(6, 2, seed=seed + 200 + k, dtype=dtype, device=device, scale=target_scale)
+        x = inputs.randn(batch_size, 5, seed=seed + 100 + k, dtype=dtype, device=device)
+        y = inputs.randn(batch_size, 2, seed=seed + 200 + k, dtype=dtype, device=device, scale=target_scale)
         return x, y
     return model, opt, nn.MSELoss(), batch
 
@@ -142,12 +143,19 @@ def _one_step(exercise, fn, model, opt, loss_fn, x, y, max_norm, case, expected_
 
 
 def check_train_step(exercise, fn, reference, *, seed, optimizer="sgd", steps=3, max_norm=None, dtype=torch.float64,
-                     stale_grads=True):
+                     stale_grads=True, batch_size=6):
     """Several calls of fn against reference(...) (the answer key's step) on an identical copy: the
-    returned value is the loss (a Python float) before the step, and the weights match after every step."""
+    returned value is the loss (a Python float) before the step, and the weights match after every step.
+    batch_size=1 (a batch of one) names that stress under any failure."""
+    with battery.trying(exercise, "batch-of-one") if batch_size == 1 else contextlib.nullcontext():
+        _check_train_step(exercise, fn, reference, seed=seed, optimizer=optimizer, steps=steps, max_norm=max_norm,
+                          dtype=dtype, stale_grads=stale_grads, batch_size=batch_size)
+
+
+def _check_train_step(exercise, fn, reference, *, seed, optimizer, steps, max_norm, dtype, stale_grads, batch_size):
     device = get_device()
-    model, opt, loss_fn, batch = training_setup(seed, dtype, device, optimizer)
-    ref_model, ref_opt, _, _ = training_setup(seed, dtype, device, optimizer)
+    model, opt, loss_fn, batch = training_setup(seed, dtype, device, optimizer, batch_size=batch_size)
+    ref_model, ref_opt, _, _ = training_setup(seed, dtype, device, optimizer, batch_size=batch_size)
     if stale_grads:  # as if something had called backward() earlier (a metric, a probe)
         for i, (p, q) in enumerate(zip(model.parameters(), ref_model.parameters())):
             p.grad = inputs.randn(*p.shape, seed=seed + 300 + i, dtype=dtype, device=device, scale=5.0)
@@ -155,6 +163,7 @@ def check_train_step(exercise, fn, reference, *, seed, optimizer="sgd", steps=3,
     for k in range(steps):
         x, y = batch(k)
         case = (f"step {k + 1} of {steps}: {describe_model(model)}, {type(opt).__name__}, MSE loss, {dtype}, "
+                f"batches of {batch_size}, "
                 + (f"max_norm={max_norm:g}" if max_norm is not None else "max_norm left at its default")
                 + ("; before step 1 every .grad held a leftover gradient" if stale_grads else ""))
         expected_loss = reference(ref_model, ref_opt, loss_fn, x, y, max_norm if max_norm is not None else 1.0)
