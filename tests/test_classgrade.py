@@ -391,6 +391,7 @@ class Graded(typing.NamedTuple):
     contacted: bool  # whether anything connected to the grader-side service
     token: str  # marks the intruders' files and processes
     secret: str  # the value of the grader's GRADER_SECRET_TOKEN during the run
+    sandboxes: pathlib.Path  # the run's TMPDIR: every exchange folder was made under it
 
 
 def marked_processes(in_command_line: tuple, in_environment: tuple) -> list:
@@ -465,7 +466,7 @@ def graded(tmp_path_factory):
     files = report.write_report(classgrade.scores(root, [NAME]), root / "reports", result.outcomes.values(),
                                 result.zip_ids)
     run("export")
-    return Graded(root, result, files, said[0], left, contacted, token, secret)
+    return Graded(root, result, files, said[0], left, contacted, token, secret, sandboxes)
 
 
 def expected_totals(result):
@@ -631,6 +632,22 @@ def test_nothing_a_submission_started_runs_or_stays_after_grading(graded):
     pattern = f"{graded.token}-*"
     assert [*pathlib.Path("/tmp").glob(pattern), *pathlib.Path("/dev/shm").glob(pattern),
             *graded.root.parent.rglob(pattern)] == []
+    assert list(graded.sandboxes.iterdir()) == [], "exchange folders (and their tmpfs) outlived the run"
+    mounts = pathlib.Path("/proc/self/mounts").read_text()
+    assert str(graded.sandboxes) not in mounts
+
+
+def test_an_exchange_folder_is_size_capped_and_removed_with_its_mount(tmp_path, monkeypatch):
+    """A kernel once wrote 2,000 MB into its exchange folder on the host's /tmp in 9 s."""
+    if os.geteuid() != 0:
+        pytest.skip("only root mounts a tmpfs per exchange folder")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    exchange = isolation.Exchange(size_mb=4)
+    assert exchange.capped
+    with pytest.raises(OSError, match="No space left"):
+        (exchange.sockets / "flood").write_bytes(bytes(8 * 2**20))
+    exchange.remove()
+    assert list(tmp_path.iterdir()) == [] and str(tmp_path) not in pathlib.Path("/proc/self/mounts").read_text()
 
 
 def test_zips_are_read_never_extracted_and_never_replace_silently(graded):

@@ -19,6 +19,7 @@ import logging
 import os
 import pathlib
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -229,7 +230,7 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
     isolation.require(limits.unsandboxed)  # no sandbox: stop before anything runs, unless explicitly accepted
     outcomes, zip_ids, problems = {}, {}, []
     clock = Phases()
-    with BackgroundClient(workers, scheduler, worker_memory_mb) as background:
+    with _run_folder(local=scheduler is None), BackgroundClient(workers, scheduler, worker_memory_mb) as background:
         with clock("read, check and rebuild submissions"):
             if zips:
                 problems, zip_ids = submissions.unpack_zips(pathlib.Path(zips), root, names)
@@ -269,6 +270,27 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
         finally:
             recorder.close()
     return ClassResult(outcomes, zip_ids, clock.seconds)
+
+
+@contextlib.contextmanager
+def _run_folder(local: bool):
+    """The local cluster's workers make every kernel's exchange folder in one folder of this run's,
+    removed afterwards with whatever is mounted in it: a worker that died cannot leave its folders
+    (or their tmpfs) behind. Workers read TMPDIR when they start, inside the block."""
+    if not local:
+        yield
+        return
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="course-grade-"))
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before
+        isolation.remove_folder(folder)
 
 
 class Phases:

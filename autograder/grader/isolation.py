@@ -17,6 +17,7 @@ import pathlib
 import secrets
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +34,10 @@ SECRETS = ("solutions", "source", "submitted", "autograded", "feedback", "report
            "gradebook.db", "grades.csv")
 FIRST_UID, LAST_UID = 1_000_000, 2_000_000_000  # far above any real account's id
 HOME = f"/home/{bubblewrap.SANDBOX_USER}"  # the kernel's working folder, inside its sandbox
+# An exchange folder's size, where the grader can mount one (as root): the largest answer a kernel may
+# write (checks.boundary.Bounds.file_bytes, 256 MiB) and its sockets; a kernel once wrote 2,000 MB to an
+# uncapped folder on the host's /tmp in 9 s.
+EXCHANGE_MB = 272
 # The grader's variables a kernel may see (everything else, tokens and passwords included, stays out).
 PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "COURSE_DEVICE", "COURSE_PLAIN_QUIZ", "CUDA_VISIBLE_DEVICES",
                   "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
@@ -111,9 +116,10 @@ class Exchange:
     root) the kernel may open the folder but not list or change it, and write only its own files.
     """
 
-    def __init__(self, uid=None):
+    def __init__(self, uid=None, size_mb=EXCHANGE_MB):
         self.uid = uid
         self.folder = pathlib.Path(tempfile.mkdtemp(prefix="course-sandbox-"))
+        self.capped = mount_tmpfs(self.folder, size_mb)  # as root: what a kernel writes here is bounded
         self.folder.chmod(0o711 if uid is not None else 0o700)
         self.sockets = self.folder / "ipc"
         self.sockets.mkdir(mode=0o700)
@@ -131,7 +137,30 @@ class Exchange:
         return path
 
     def remove(self):
-        shutil.rmtree(self.folder, ignore_errors=True)
+        remove_folder(self.folder)
+
+
+def mount_tmpfs(folder: pathlib.Path, size_mb: int) -> bool:
+    """Mount a tmpfs of `size_mb` on `folder` where this process may (root on Linux); say whether it did."""
+    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
+        return False
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700,nosuid,nodev,noexec", "tmpfs",
+                           str(folder)], capture_output=True)
+    return done.returncode == 0
+
+
+def remove_folder(folder: pathlib.Path) -> None:
+    """Remove `folder` and whatever is mounted on it or in it (an exchange's tmpfs)."""
+    mounted = sorted((line.split()[1] for line in pathlib.Path("/proc/self/mounts").read_text().splitlines()
+                      if _inside(line.split()[1], str(folder))), key=len, reverse=True) \
+        if os.path.exists("/proc/self/mounts") else []
+    for point in mounted:
+        subprocess.run(["umount", "-l", point], capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 class Sandbox:
