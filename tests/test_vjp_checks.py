@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from mutants import nb03_vjp as catalogue
 
 from autograder import checks
-from autograder.checks import GradingError, boundary
+from autograder.checks import GradingError, battery, boundary
 from autograder.checks import vjps as vc
 from autograder.checks.vjps import tensor_engine
 
@@ -188,14 +188,26 @@ def test_the_learner_sees_the_layout_and_cannot_touch_the_reference():
     cases = [vc.softmax_case((3, 4), dim=-1, seed=13, layout=layout) for layout in vc.LAYOUTS]
     kept = [c.inputs["y"].clone() for c in cases]
     vc.check_vjp("vjp_softmax", spy, cases)
-    assert seen == [(True, True), (False, False), (False, False)]
+    # a strided case runs after its contiguous twin (same values): a failure there is not the layout's
+    assert seen == [(True, True), (True, True), (False, False), (True, True), (False, False)]
     assert all(torch.equal(c.inputs["y"], k) for c, k in zip(cases, kept))
 
 
-def test_a_failure_message_names_the_layout():
+def flattens_with_view(y, g, dim=-1):
+    return softmax_vjp(y.view(-1).view(y.shape), g.view(-1).view(g.shape), dim)
+
+
+def test_a_failure_message_names_the_layout_only_when_the_layout_broke_it():
+    """A wrong formula fails on the contiguous twin, with the plain message; an answer that only the
+    strides break is told so, with the battery's advice."""
     case = vc.softmax_case((3, 4), dim=-1, seed=14, layout="transposed")
-    with pytest.raises(GradingError, match="y, g non-contiguous"):
+    with pytest.raises(GradingError, match="layout = 'contiguous'") as caught:
         vc.check_vjp("vjp_softmax", forgets_the_dot_product, [case])
+    assert "fails for" not in str(caught.value)
+    with pytest.raises(GradingError, match="fails for a non-contiguous y, g: .view needs contiguous memory") as caught:
+        vc.check_vjp("vjp_softmax", flattens_with_view, [case])
+    assert "y, g non-contiguous (last two dims transposed in memory)" in str(caught.value)
+    no_guard_left_behind()
 
 
 def test_the_memory_rule_allows_what_the_notebook_teaches():
@@ -228,6 +240,96 @@ def test_unbroadcast_names_the_empty_dim_trap(wrong):
     with pytest.raises(GradingError, match=r"dim=\(\) sums every dimension"):  # 0-d, or an error that says why
         vc.check_unbroadcast("unbroadcast", wrong, cases[2:])
     vc.check_unbroadcast("unbroadcast", unbroadcast, cases)
+
+
+# --- the battery's stresses, as notebook 03 draws them ----------------------------------------------
+def test_expanded_inputs_keep_stride_zero_through_a_private_copy_and_their_reference():
+    case = vc.linear_case((4,), n=3, m=2, seed=40, expand=("x", "g"))
+    x, g = case.inputs["x"], case.inputs["g"]
+    assert vc.is_expanded(x) and vc.is_expanded(g) and not vc.is_expanded(case.inputs["W"])
+    assert torch.equal(x, x[:1].expand_as(x)) and case.layout_stress() == ("expanded", "x, g")
+    copy = vc.private_copy(g)
+    assert copy.stride() == g.stride() and torch.equal(copy, g) and copy.data_ptr() != g.data_ptr()
+    gx, gW, gb = case.expected
+    torch.testing.assert_close(gW, g.T @ x)  # the reference is autograd's on the expanded values
+    assert "x, g expanded" in case.shown_inputs()["layout"]
+
+
+def test_stressed_strided_inputs_keep_their_values_and_reference():
+    plain = vc.layernorm_case((2, 3, 4), seed=41)
+    case = vc.stressed(plain, "non-contiguous", ("x", "g"))
+    assert not case.inputs["x"].is_contiguous() and not case.inputs["g"].is_contiguous()
+    assert torch.equal(case.inputs["x"], plain.inputs["x"]) and case.expected is plain.expected
+    assert case.layout_stress() == ("non-contiguous", "x, g")
+    with pytest.raises(RuntimeError, match="view"):
+        case.inputs["x"].view(-1, 4)  # gaps in every dimension: no two of them merge
+    with pytest.raises(KeyError, match="unknown stress"):
+        vc.stressed(plain, "strided")
+
+
+@pytest.mark.parametrize("builder, lowest", [(vc.relu_case, None), (vc.sigmoid_case, 0.0), (vc.tanh_case, -1.0)])
+def test_the_special_points_are_the_batterys(builder, lowest):
+    case = builder(None, seed=42, special=True)
+    assert case.stress == "special-points" and case.inputs["g"].shape == (9,) and torch.isfinite(case.expected).all()
+    if lowest is None:
+        assert torch.equal(case.inputs["x"], battery.special_points())
+    else:  # at x = -1e4 and 1e4 the output saturates to the last bit
+        assert case.inputs["y"].min() == lowest and case.inputs["y"].max() == 1.0
+
+
+def test_large_logits_and_large_means_are_float32_with_a_float64_reference():
+    case = vc.log_softmax_case((4, 10), dim=-1, seed=43, large_logits=True)
+    y, g = case.inputs["y"], case.inputs["g"]
+    assert y.dtype == case.expected.dtype == torch.float32 and case.stress == "large-logits"
+    assert (y.exp() == 0).any()  # probabilities that underflow: what a division by them turns into NaN
+    y64, g64 = y.double(), g.double()
+    torch.testing.assert_close(case.expected, (g64 - y64.exp() * g64.sum(-1, keepdim=True)).float())
+    ln = vc.layernorm_case((8, 16), seed=44, large_mean=True)
+    assert ln.inputs["x"].dtype == torch.float32 and ln.stress == "float32-large-mean"
+    assert ln.inputs["x"].mean() > 900 and ln.tolerance[0] < 1e-2
+
+
+@pytest.mark.parametrize("wrong, cases, says", [
+    (catalogue.relu_in_place, [vc.relu_case((4, 5), seed=45, expand=("g",))], "fails for an expanded g"),
+    (catalogue.sig_via_exp_minus_x, [vc.sigmoid_case(None, seed=46, special=True)], "fails for the special points"),
+    (catalogue.lsm_through_softmax, [vc.log_softmax_case((4, 10), dim=-1, seed=47, large_logits=True)],
+     "fails for float32 logits as large as a few hundred"),
+    (catalogue.ln_one_pass_variance, [vc.layernorm_case((8, 16), seed=48, large_mean=True)],
+     "fails for float32 input whose mean is about 1000 times its spread: cancellation"),
+    (catalogue.lin_squeeze_first, [vc.stressed(vc.linear_case((1,), n=3, m=2, seed=49), "batch-of-one")],
+     "fails for a batch of one: do not .squeeze()"),
+    (catalogue.lin_view, [vc.stressed(vc.linear_case((2, 3), n=4, m=3, seed=50), "non-contiguous", ("x", "g"))],
+     "fails for a non-contiguous x, g: .view needs contiguous memory"),
+])
+def test_each_stress_rejects_what_it_is_for_and_names_itself(wrong, cases, says):
+    name = wrong.__name__
+    exercise = {"relu": "vjp_relu", "sig": "vjp_sigmoid", "lsm": "vjp_log_softmax", "ln_": "vjp_layernorm",
+                "lin": "vjp_linear"}[next(k for k in ("relu", "sig", "lsm", "ln_", "lin") if name.startswith(k))]
+    right = mutation.solution_namespace("03_vjp")[exercise]
+    vc.check_vjp(exercise, right, cases)
+    with pytest.raises(GradingError) as caught:
+        vc.check_vjp(exercise, wrong, cases)
+    assert says in str(caught.value)
+    no_guard_left_behind()
+
+
+def test_logsumexp_at_minus_infinity_keeps_a_finite_tolerance_and_names_the_stress():
+    inf = float("inf")
+    case = vc.logsumexp_case(None, dim=1, seed=51, values=[[-inf, 0.0, 1.0], [2.0, -inf, 3.0]], stress="special-points")
+    assert case.rtol < 1e-6 and torch.isfinite(case.expected_out).all()
+    vc.check_logsumexp("StableLogSumExp", catalogue._LSEBase, [case])
+    with pytest.raises(GradingError, match="fails for the special points"):
+        vc.check_logsumexp("StableLogSumExp", catalogue.LSEShiftsByMean, [case])
+
+
+def test_a_backward_that_double_backward_cannot_follow_is_named_a_create_graph_failure():
+    with pytest.raises(GradingError, match=re.escape("fails for backward(create_graph=True)")):
+        vc.check_gradchecks("StableLogSumExp", lambda: (lambda t: catalogue.LSEDetachedBackward.apply(t, 1)),
+                            vc.tensor((3, 4), seed=52), what="apply(x, 1)")
+    with pytest.raises(GradingError) as caught:  # a wrong first derivative is not blamed on create_graph
+        vc.check_gradchecks("StableLogSumExp", lambda: (lambda t: catalogue.LSEUnnormalised.apply(t, 1)),
+                            vc.tensor((3, 4), seed=53), what="apply(x, 1)")
+    assert "gradcheck failed" in str(caught.value) and "create_graph" not in str(caught.value)
 
 
 def test_human_bytes():

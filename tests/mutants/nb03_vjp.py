@@ -93,6 +93,18 @@ class LSEGlobalMax(_LSEBase):
         return out
 
 
+@wrong_("StableLogSumExp", "shifts by the row's mean, not its max (the identity holds for any c): a -inf entry "
+                           "makes the mean -inf", says="special points")
+class LSEShiftsByMean(_LSEBase):
+    @staticmethod
+    def forward(ctx, x, dim):
+        shift = x.mean(dim=dim, keepdim=True)
+        out = (shift + (x - shift).exp().sum(dim=dim, keepdim=True).log()).squeeze(dim)
+        ctx.dim = dim
+        ctx.save_for_backward(x, out)
+        return out
+
+
 @wrong_("StableLogSumExp", "backward returns the unnormalised exp(x - max)")
 class LSEUnnormalised(_LSEBase):
     @staticmethod
@@ -371,6 +383,15 @@ def ub_keeps_leading(g, shape):
     return g
 
 
+@wrong_("unbroadcast", "folds the leading dims with .view: fails on a strided gradient", says="non-contiguous")
+def ub_view(g, shape):
+    shape = tuple(shape)
+    lead = g.dim() - len(shape)
+    g = g.view(-1, *g.shape[lead:]).sum(0)
+    ones = [i for i, size in enumerate(shape) if size == 1]
+    return g.sum(ones, keepdim=True) if ones else g
+
+
 @wrong_("unbroadcast", "averages instead of summing")
 def ub_mean(g, shape):
     shape = tuple(shape)
@@ -459,6 +480,21 @@ def lin_outer_products(x, W, b, g):
     n, m = x.shape[-1], g.shape[-1]
     gr, xr = g.reshape(-1, m), x.reshape(-1, n)
     return g @ W, (gr[:, :, None] * xr[:, None, :]).sum(0), gr.sum(0)
+
+
+@wrong_("vjp_linear", "flattens the batch dims with .view: fails on a strided x or g", says="non-contiguous")
+def lin_view(x, W, b, g):
+    n, m = x.shape[-1], g.shape[-1]
+    gr, xr = g.view(-1, m), x.view(-1, n)
+    return g @ W, gr.T @ xr, gr.sum(0)
+
+
+@wrong_("vjp_linear", "gx.squeeze(0), meant to give a 1-D x a 1-D gradient: a batch of one loses its batch dim",
+        says="a batch of one")
+def lin_squeeze_first(x, W, b, g):
+    n, m = x.shape[-1], g.shape[-1]
+    gr, xr = g.reshape(-1, m), x.reshape(-1, n)
+    return (g @ W).squeeze(0), gr.T @ xr, gr.sum(0)
 
 
 @wrong_("vjp_linear", "torch.func.vjp of F.linear")
@@ -593,6 +629,12 @@ def relu_mask_from_g(x, g):
     return g * (g > 0)
 
 
+@wrong_("vjp_relu", "zeroes g in place (g.mul_(mask)): writes into the upstream gradient, whose rows may share "
+                    "memory", says="an expanded g")
+def relu_in_place(x, g):
+    return g.mul_(x > 0)
+
+
 @wrong_("vjp_relu", "calls PyTorch's threshold_backward kernel")
 def relu_kernel(x, g):
     import torch
@@ -636,6 +678,12 @@ def sig_no_one_minus(y, g):
 @wrong_("vjp_sigmoid", "forgets to multiply by g")
 def sig_no_upstream(y, g):
     return y * (1 - y)
+
+
+@wrong_("vjp_sigmoid", "sigma' = e^-x sigma^2 with e^-x = 1/y - 1: 0 times inf where y underflows to 0",
+        says="the special points")
+def sig_via_exp_minus_x(y, g):
+    return g * (1 / y - 1) * y * y
 
 
 @wrong_("vjp_sigmoid", "calls PyTorch's sigmoid_backward kernel")
@@ -716,6 +764,12 @@ def sm_total_sum(y, g, dim=-1):
     return y * (g - (g * y).sum())
 
 
+@wrong_("vjp_softmax", "subtracts the dot product from g in place: writes into the upstream gradient",
+        says="an expanded g")
+def sm_in_place(y, g, dim=-1):
+    return g.sub_((g * y).sum(dim, keepdim=True)).mul_(y)
+
+
 @wrong_("vjp_softmax", "builds the Jacobian diag(y) - y y^T with diag_embed")
 def sm_jacobian(y, g, dim=-1):
     import torch
@@ -768,6 +822,14 @@ def lsm_softmax_formula(y, g, dim=-1):
 @wrong_("vjp_log_softmax", "sum(g) along the last dim whatever dim is")
 def lsm_ignores_dim(y, g, dim=-1):
     return g - y.exp() * g.sum(-1, keepdim=True)
+
+
+@wrong_("vjp_log_softmax", "log after softmax by the chain rule: g / p, then the softmax VJP; inf times 0 where "
+                           "p = exp(y) underflows", says="logits as large as")
+def lsm_through_softmax(y, g, dim=-1):
+    p = y.exp()
+    u = g / p
+    return p * (u - (u * p).sum(dim, keepdim=True))
 
 
 @wrong_("vjp_log_softmax", "calls PyTorch's _log_softmax_backward_data kernel")
@@ -851,6 +913,30 @@ def ln_sum_dim0(x, weight, bias, g, eps=1e-5):
     gh = g * weight
     gx = rstd * (gh - gh.mean(-1, keepdim=True) - xh * (gh * xh).mean(-1, keepdim=True))
     return gx, (g * xh).sum(0), g.sum(0)
+
+
+@wrong_("vjp_layernorm", "one-pass variance E[x^2] - E[x]^2: cancels in float32 when the mean is large",
+        says="mean is about 1000 times its spread")
+def ln_one_pass_variance(x, weight, bias, g, eps=1e-5):
+    n = x.shape[-1]
+    mean = x.mean(-1, keepdim=True)
+    rstd = ((x * x).mean(-1, keepdim=True) - mean * mean + eps).rsqrt()
+    x_hat = (x - mean) * rstd
+    g_hat = g * weight
+    gx = rstd * (g_hat - g_hat.mean(-1, keepdim=True) - x_hat * (g_hat * x_hat).mean(-1, keepdim=True))
+    return gx, (g * x_hat).reshape(-1, n).sum(0), g.reshape(-1, n).sum(0)
+
+
+@wrong_("vjp_layernorm", "centres x in place (x -= mean): writes into an input whose rows may share memory",
+        says="an expanded x")
+def ln_centres_in_place(x, weight, bias, g, eps=1e-5):
+    n = x.shape[-1]
+    x -= x.mean(-1, keepdim=True)
+    rstd = (x.pow(2).mean(-1, keepdim=True) + eps).rsqrt()
+    x_hat = x * rstd
+    g_hat = g * weight
+    gx = rstd * (g_hat - g_hat.mean(-1, keepdim=True) - x_hat * (g_hat * x_hat).mean(-1, keepdim=True))
+    return gx, (g * x_hat).reshape(-1, n).sum(0), g.reshape(-1, n).sum(0)
 
 
 @wrong_("vjp_layernorm", "builds each row's n x n Jacobian")

@@ -18,11 +18,14 @@ the references are autograd and PyTorch operations that the exercises refuse ins
 """
 from autograder.checks.function_class import check_function_class
 from autograder.checks.vjps.cases import (
+    LARGE_MEAN,
     LAYOUTS,
     Case,
     broadcast_patterns,
     describe_layout,
     dtype_layouts,
+    expand_rows,
+    is_expanded,
     layernorm_case,
     linear_case,
     log_softmax_case,
@@ -32,6 +35,7 @@ from autograder.checks.vjps.cases import (
     relu_case,
     sigmoid_case,
     softmax_case,
+    stressed,
     tanh_case,
     tensor,
     tolerances,
@@ -54,13 +58,14 @@ from autograder.checks.vjps.tensor_engine import (
     check_engine_training,
     toy_regression,
 )
-from autograder.checks.vjps.vjp_checks import call_vjp, check_unbroadcast, check_vjp
+from autograder.checks.vjps.vjp_checks import call_vjp, check_cases, check_unbroadcast, check_vjp
 from autograder.checks.vjps.watch import ALLOCATION_FACTOR, human_bytes, watched
 
-__all__ = ["ALLOCATION_FACTOR", "LAYOUTS", "Case", "EngineNode", "FunctionCase", "FunctionRun", "broadcast_patterns",
-           "call_vjp", "check_engine_deep", "check_engine_expression", "check_engine_mlp", "check_engine_training",
-           "check_function_class", "check_gradchecks", "check_logsumexp", "check_straight_through",
-           "check_unbroadcast", "check_vjp", "describe_layout", "dtype_layouts", "human_bytes", "layernorm_case",
-           "linear_case", "log_softmax_case", "logsumexp_case", "matmul_case", "private_copy", "relayout",
-           "relu_case", "rounding_cases", "sigmoid_case", "softmax_case", "tanh_case", "tensor", "tolerances",
+__all__ = ["ALLOCATION_FACTOR", "LARGE_MEAN", "LAYOUTS", "Case", "EngineNode", "FunctionCase", "FunctionRun",
+           "broadcast_patterns", "call_vjp", "check_cases", "check_engine_deep", "check_engine_expression",
+           "check_engine_mlp", "check_engine_training", "check_function_class", "check_gradchecks",
+           "check_logsumexp", "check_straight_through", "check_unbroadcast", "check_vjp", "describe_layout",
+           "dtype_layouts", "expand_rows", "human_bytes", "is_expanded", "layernorm_case", "linear_case",
+           "log_softmax_case", "logsumexp_case", "matmul_case", "private_copy", "relayout", "relu_case",
+           "rounding_cases", "sigmoid_case", "softmax_case", "stressed", "tanh_case", "tensor", "tolerances",
            "toy_regression", "unbroadcast_case", "watched"]

@@ -6,12 +6,14 @@ through the engine, `gradcheck` and `gradgradcheck` (float64) come after. Everyt
 the learner's class runs in a driver (in trusted grading, the kernel) and returns data: tensors,
 `FunctionRun` records, gradcheck's verdict and what the Function keeps for backward.
 """
+import contextlib
 import dataclasses
 import functools
 
 import torch
 
 from autograder import checks
+from autograder.checks import battery
 from autograder.checks.function_class import check_function_class
 from autograder.checks.vjps.cases import (
     autograd_grads,
@@ -115,14 +117,17 @@ class FunctionCase:
     shown: dict
     rtol: float
     atol: float
+    stress: str = ""
 
 
 def logsumexp_case(shape, dim, seed, dtype=torch.float64, layout="contiguous", scale=1.0, shift=0.0,
-                   values=None):
-    """x (seeded, or the given `values`) and its log-sum-exp along dim, with autograd's gradient
-    for a random upstream g. Far from 0 (|x| ~ 1000) the tolerance grows with the rounding of x."""
+                   values=None, stress=""):
+    """x (seeded, or the given `values`: a nested list or a tensor, -inf entries allowed) and its
+    log-sum-exp along dim, with autograd's gradient for a random upstream g. Far from 0 (|x| ~ 1000)
+    the tolerance grows with the rounding of x. `stress` names the battery's stress `values` were
+    drawn for (a failure then names it)."""
     if values is not None:
-        x = torch.tensor(values, dtype=dtype, device=get_device())
+        x = torch.as_tensor(values, dtype=dtype, device=get_device())
     else:
         x = tensor(shape, seed, dtype, scale=scale) + shift
     x = relayout(x, layout)
@@ -132,12 +137,15 @@ def logsumexp_case(shape, dim, seed, dtype=torch.float64, layout="contiguous", s
         g = tensor(tuple(out.shape), seed + 1, dtype)
         expected_grad = autograd_grads(out, leaf, g)[0]
     rtol, atol = tolerances(dtype)
-    magnitude = float(x.abs().max()) if x.numel() else 0.0
+    finite = x[torch.isfinite(x)]
+    magnitude = float(finite.abs().max()) if finite.numel() else 0.0
     rtol = max(rtol, 8 * torch.finfo(dtype).eps * magnitude)
     shown = {"x": x, "dim": dim, "g": g, "layout": describe_layout({"x": x}, layout)}
     if values is None and (scale, shift) != (1.0, 0.0):
         shown["note"] = f"x drawn with scale {scale:g}, shifted by {shift:g}"
-    return FunctionCase(x, (dim,), g, out.detach(), expected_grad, shown, rtol, atol)
+    if stress:
+        battery.describe(stress)  # an unknown stress fails here
+    return FunctionCase(x, (dim,), g, out.detach(), expected_grad, shown, rtol, atol, stress)
 
 
 def check_logsumexp(exercise, cls, cases_):
@@ -146,19 +154,24 @@ def check_logsumexp(exercise, cls, cases_):
     same gradient through the autograd engine."""
     check_function_class(exercise, cls)
     for case in cases_:
-        out, grad = _run_function(exercise, cls, case.x, case.extra, case.g, case.shown,
-                                  forbidden_ops=("aten::logsumexp",))
-        if not torch.isfinite(out).all() and torch.isfinite(case.expected_out).all():
-            shown = out.detach().cpu().tolist() if out.numel() <= 12 else "non-finite values"
-            checks.fail(exercise, f"forward returned {shown} where torch.logsumexp is finite: exp overflows (or "
-                        "underflows to 0) unless you subtract the maximum first", case.shown)
-        checks.expect_close(exercise, out.detach(), case.expected_out, inputs=case.shown, names=["logsumexp(x)"],
-                            rtol=case.rtol, atol=case.atol)
-        checks.expect_close(exercise, grad.detach() if isinstance(grad, torch.Tensor) else grad, case.expected_grad,
-                            inputs=case.shown, names=["dL/dx from your backward"], rtol=case.rtol, atol=case.atol)
-        through_engine = _through_engine(exercise, cls, case.x, case.extra, case.g, case.shown)
-        checks.expect_close(exercise, through_engine, case.expected_grad, inputs=case.shown,
-                            names=["dL/dx through loss.backward()"], rtol=case.rtol, atol=case.atol)
+        with battery.trying(exercise, case.stress) if case.stress else contextlib.nullcontext():
+            _check_logsumexp_case(exercise, cls, case)
+
+
+def _check_logsumexp_case(exercise, cls, case):
+    out, grad = _run_function(exercise, cls, case.x, case.extra, case.g, case.shown,
+                              forbidden_ops=("aten::logsumexp",))
+    if out.shape == case.expected_out.shape and (torch.isfinite(case.expected_out) & ~torch.isfinite(out)).any():
+        shown = out.detach().cpu().tolist() if out.numel() <= 12 else "non-finite values"
+        checks.fail(exercise, f"forward returned {shown} where torch.logsumexp is finite: exp overflows (or "
+                    "underflows to 0) unless you subtract the maximum first", case.shown)
+    checks.expect_close(exercise, out.detach(), case.expected_out, inputs=case.shown, names=["logsumexp(x)"],
+                        rtol=case.rtol, atol=case.atol)
+    checks.expect_close(exercise, grad.detach() if isinstance(grad, torch.Tensor) else grad, case.expected_grad,
+                        inputs=case.shown, names=["dL/dx from your backward"], rtol=case.rtol, atol=case.atol)
+    through_engine = _through_engine(exercise, cls, case.x, case.extra, case.g, case.shown)
+    checks.expect_close(exercise, through_engine, case.expected_grad, inputs=case.shown,
+                        names=["dL/dx through loss.backward()"], rtol=case.rtol, atol=case.atol)
 
 
 GRADCHECK_EXPLANATIONS = {
@@ -236,8 +249,10 @@ def check_gradchecks(exercise, make_fn, x, *, what):
         checks.fail(exercise, f"gradcheck gave no readable verdict (got {checks.describe(verdict)})", shown)
     check, error, first, kept = verdict
     cause = f"\n  {double_backward_cause(kept)}" if check == "gradgradcheck" else ""
-    checks.fail(exercise, f"{check} failed: {GRADCHECK_EXPLANATIONS[check]}.\n  PyTorch said: {error}: {first}{cause}",
-                shown)
+    # gradgradcheck differentiates the backward, as backward(create_graph=True) does: the battery's stress
+    with battery.trying(exercise, "create-graph") if check == "gradgradcheck" else contextlib.nullcontext():
+        checks.fail(exercise, f"{check} failed: {GRADCHECK_EXPLANATIONS[check]}.\n  PyTorch said: {error}: "
+                              f"{first}{cause}", shown)
 
 
 def check_straight_through(exercise, cls, cases_):
