@@ -1,11 +1,15 @@
-"""Quizzes: the schema is enforced, answers are read, judged and saved, choices are shuffled per learner."""
+"""Quizzes: the schema is enforced, answers are read, judged (code by its value) and saved, choices are shuffled
+per learner, and nothing a learner sees names a question by an id that gives its answer away."""
 import dataclasses
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from autograder.learner import progress_file, quiz, quiz_answers, quiz_schema
 
@@ -36,7 +40,7 @@ def letter_of(question, choice_id):
 @pytest.mark.parametrize("notebook", QUIZ_FILES)
 def test_every_quiz_file_has_the_three_sections_in_order(notebook):
     sections = quiz.load_quiz(notebook)
-    assert tuple(sections) == quiz.SECTIONS
+    assert tuple(sections)[:3] == quiz.SECTIONS and set(tuple(sections)[3:]) <= {"derive"}
     levels = {q.level for q in sections["retrieve"][1]}
     assert {"factual", "conceptual", "synthetic"} <= levels
     assert len(sections["concept_check"][1]) >= 4
@@ -80,6 +84,9 @@ def test_the_sections_come_in_their_order(tmp_path, monkeypatch):
     (('accept: ["x"]', "accept: []"), "needs accept"),
     (('kind: short, prompt: "?", accept: ["x"], why: "w"', 'kind: short, prompt: "?", accept: ["x"]'), "'why'"),
     (("kind: recall", "kind: essay"), "kind is one of"),
+    (('accept: ["x"]', 'accept: ["x"], variables: {X: [3]}'), "value is a Python expression"),
+    (('accept: ["x"]', 'value: "X.T", variables: {X: [3, 0]}'), "variables are"),
+    (('accept: ["x"]', 'value: "X.T", variables: {X: 3}'), "variables are"),
 ])
 def test_schema_errors_name_the_question_and_the_problem(tmp_path, monkeypatch, change, message):
     write_quiz(tmp_path, monkeypatch, MINIMAL.replace(*change, 1))
@@ -106,7 +113,9 @@ def test_choice_schema_errors():
 # --- reading what was typed -------------------------------------------------------------------------------
 @pytest.mark.parametrize("typed, value", [
     ("2**-24", 2.0 ** -24), ("3*4*8", 96.0), ("1e-3", 1e-3), (" -(1 + 2) / 4 ", -0.75), ("3_000", 3000.0),
-    ("96 bytes", 96.0), ("0.5", 0.5), ("(3*2**-23*1.557)**(1/3)", (3 * 2 ** -23 * 1.557) ** (1 / 3))])
+    ("96 bytes", 96.0), ("0.5", 0.5), ("(3*2**-23*1.557)**(1/3)", (3 * 2 ** -23 * 1.557) ** (1 / 3)),
+    ("sqrt(4/3)", (4 / 3) ** 0.5), ("2*exp(1)", 2 * math.e), ("1000 + log(2)", 1000 + math.log(2)),
+    ("log(8, 2)", 3.0), ("pi/2", math.pi / 2)])
 def test_numbers_and_plain_arithmetic_are_read(typed, value):
     assert quiz_answers.read_number(typed, unit="bytes") == pytest.approx(value, rel=1e-12)
 
@@ -115,7 +124,11 @@ def test_numbers_and_plain_arithmetic_are_read(typed, value):
     ("2^10", "write powers with \\*\\*"), ("3,000", "thousands separators"),
     ("__import__('os')", "numbers, \\+ - \\* / \\*\\*"),
     ("x + 1", "numbers, \\+"), ("9**9**9", "too large"), ("1/0", "divides by zero"), ("(-8)**0.5", "not a finite real"),
-    ("", "type a number first"), ("2 +", "could not read"), ("True + 1", "numbers, \\+"), ("9" * 300, "at most 200")])
+    ("", "type a number first"), ("2 +", "could not read"), ("True + 1", "numbers, \\+"), ("9" * 300, "at most 200"),
+    ("e", "sqrt, exp, log and pi only"), ("sqrt", "sqrt, exp, log and pi only"), ("math.sqrt(4)", "sqrt, exp, log"),
+    ("sqrt(4, 3)", "sqrt, exp, log"), ("sqrt(x=4)", "sqrt, exp, log"), ("pi(2)", "sqrt, exp, log"),
+    ("sqrt(-1)", "outside the domain of sqrt"), ("log(0)", "outside the domain of log"), ("exp(1000)", "too large"),
+    ("__import__('os').getcwd()", "sqrt, exp, log")])
 def test_anything_else_is_refused_with_a_reason(typed, message):
     with pytest.raises(quiz_answers.AnswerError, match=message):
         quiz_answers.read_number(typed)
@@ -124,6 +137,19 @@ def test_anything_else_is_refused_with_a_reason(typed, message):
 def test_short_answers_are_normalised():
     assert quiz_answers.normalise(" `torch.Size([3, 4])` ") == "torch.size([3,4])"
     assert quiz_answers.normalise("'RuntimeError'") == quiz_answers.normalise('"runtimeerror"') == "runtimeerror"
+    assert quiz_answers.normalise("RuntimeError.") == "runtimeerror"
+    assert quiz_answers.normalise("'False'.") == quiz_answers.normalise("False.") == "false"
+
+
+@pytest.mark.parametrize("notebook, question_id, right, wrong", [
+    ("08_higher_order", "plain-gradient-has-no-graph", ["False", "false", "FALSE.", "no", "No.", " `no` "],
+     ["True", "yes", "Yes.", "none"]),
+    ("08_higher_order", "grad-mode-in-backward", ["True", "true.", "yes", "YES", "Yes."], ["False", "no"]),
+    ("06_checkpointing", "grad-mode-in-function-forward", ["False", "no", "No."], ["True", "yes"])])
+def test_a_yes_no_question_takes_yes_no_true_false_in_any_case(notebook, question_id, right, wrong):
+    question = quiz_schema.find_question(notebook, question_id)
+    assert all(quiz_answers.check_short(question, typed).correct for typed in right)
+    assert not any(quiz_answers.check_short(question, typed).correct for typed in wrong)
 
 
 # --- judging and saving -----------------------------------------------------------------------------------
@@ -153,7 +179,7 @@ def test_short_answers_accept_any_listed_spelling(private_progress):
     for spelling in q.accept:
         assert quiz_answers.check_short(q, f"  `{spelling}` ").correct
     bad = quiz_answers.check_short(q, "something else")
-    assert not bad.correct and q.accept[0] in bad.text
+    assert not bad.correct and quiz_answers.model_answer(q) in bad.text
     with pytest.raises(quiz_answers.AnswerError):
         quiz_answers.check_short(q, " `` ")
 
@@ -168,6 +194,80 @@ def test_choice_feedback_explains_and_is_saved_by_choice_id(notebook, private_pr
     assert not bad.correct and right.text in bad.text and wrong.why in bad.text
     assert [(a["question"], a["response"], a["correct"]) for a in saved(private_progress)] == [
         (question.id, right.id, True), (question.id, wrong.id, False)]
+
+
+# --- code answers, judged by their value --------------------------------------------------------------------
+def code_question(**changes):
+    return dataclasses.replace(quiz_schema.find_question("07_by_hand", "matmul-weight-gradient"), **changes)
+
+
+@pytest.mark.parametrize("typed", ["X.T @ dY", "torch.mm(X.T, dY)", "X.T.matmul(dY)", "(dY.T @ X).T", "X.t() @ dY",
+                                   "torch.einsum('nk,nm->km', X, dY)", "(X[:, :, None] * dY[:, None, :]).sum(0)",
+                                   "`X.transpose(0, 1) @ dY`", "X^T dY", "torch.matmul(X.mT, dY.double())"])
+def test_code_that_computes_the_answer_is_right_however_it_is_written(typed, private_progress):
+    """These were misses in the review schedule while only listed spellings were accepted."""
+    result = quiz_answers.check_short(code_question(), typed)
+    assert result.correct, result.text
+    (attempt,) = saved(private_progress)
+    assert (attempt["response"], attempt["correct"]) == (typed, True)
+
+
+@pytest.mark.parametrize("typed, says", [
+    ("dY.T @ X", "`dY.T @ X` has shape (4, 3); the answer has shape (3, 4)"),
+    ("X.T @ dY * 2", "has the right shape but other values"),
+    ("X @ dY", "raises RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+    ("X.T", "has shape (3, 5)"), ("X.shape", "has shape (2,)"), ("X.T.matmul", "gives a builtin_function_or_method"),
+    ("torch.ones(3, 4)", "other values")])
+def test_code_with_another_value_is_wrong_and_says_how(typed, says, private_progress):
+    result = quiz_answers.check_short(code_question(), typed)
+    assert not result.correct and says in result.text and "the answer is `X.T @ dY`" in result.text
+    assert "on random X of shape (5, 3) and dY of shape (5, 4)" in result.text
+    assert [a["correct"] for a in saved(private_progress)] == [False]
+
+
+@pytest.mark.parametrize("typed, says", [
+    ("__import__('os').system('true')", "'__import__' is not defined"),
+    ("open('/etc/passwd')", "'open' is not defined"), ("X.__class__.__bases__", "no attributes that start with _"),
+    ("torch.save(X, 'x.pt')", "torch.save is not available"),
+    ("torch.hub.load('a', 'b')", "torch.hub is not available"),
+    ("torch.manual_seed(0)", "not available"), ("X.numpy().tofile('x.bin')", "only torch and tensors have attributes"),
+    ("(lambda: X)()", "no Lambda"), ("[x for x in X]", "no ListComp"), ("X if True else dY", "no IfExp"),
+    ("(y := X)", "no NamedExpr"), ("f'{X}'", "no JoinedStr"), ("X < dY", "no Compare"),
+    ("torch.mm(*[X.T, dY])", "no Starred"), ("torch.mm(**{})", "no ** in a call"),
+    ("[1] * 1000000000", "not on lists or strings"), ("9**9**9 * X", "too large"),
+    ("X.tranpose(0, 1) @ dY", "a tensor has no attribute 'tranpose'"), ("X.T @ dy", "'dy' is not defined"),
+    ("X' dY", "could not read"), ("", "type your answer first"), ("X" * 201, "at most 200")])
+def test_code_that_is_not_allowed_is_refused_and_not_saved(typed, says, private_progress):
+    with pytest.raises(quiz_answers.AnswerError, match=re.escape(says)):
+        quiz_answers.check_short(code_question(), typed)
+    assert not private_progress.exists() or saved(private_progress) == []
+
+
+def test_code_is_checked_on_several_draws(monkeypatch):
+    """A constant that equals the answer on the first draw only is wrong; with one draw it would pass."""
+    question = code_question(value="2 * X", variables=(("X", (3,)),), accept=())
+    first_draw = quiz_answers.draws(question)[0]["X"] * 2
+    constant = f"tensor({first_draw.tolist()!r}, dtype=torch.float64)"
+    assert len(constant) <= quiz_answers.MAX_EXPRESSION_CHARS
+    right, why = quiz_answers.judge_value(question, constant)
+    assert not right and "other values" in why
+    monkeypatch.setattr(quiz_answers, "CODE_DRAWS", 1)
+    assert quiz_answers.judge_value(question, constant) == (True, "")
+
+
+def test_judging_code_leaves_the_kernels_random_state_alone():
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    quiz_answers.judge_short(code_question(), "torch.mm(X.T, dY)")
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_a_value_asked_in_any_words_takes_words_as_wrong_answers(private_progress):
+    """Without variables, a value question judges 'RuntimeError' or 'no idea' wrong (saved), not unreadable."""
+    question = quiz_schema.find_question("04_toggles", "retained-second-backward")
+    for typed in ("RuntimeError", "no idea", "[4., 8.]", "tensor([4, 8])", "(4, 8)"):
+        quiz_answers.check_short(question, typed)
+    assert [a["correct"] for a in saved(private_progress)] == [False, False, True, True, True]
 
 
 # --- shuffled choices -------------------------------------------------------------------------------------------
@@ -206,22 +306,102 @@ def test_the_order_is_the_same_in_another_kernel(private_progress):
 @pytest.mark.parametrize("notebook", QUIZ_FILES)
 def test_plain_text_answering_uses_the_shown_letters(notebook, capsys):
     question = first(notebook, "choice")
+    label = quiz.label(question)
     text = quiz.plain_text(question, 1)
-    assert f"answer({notebook!r}, {question.id!r}, '?')" in text and "'a')" not in text
+    assert f"answer({notebook!r}, {label!r}, '?')" in text and "'a')" not in text
     shown = quiz_answers.shown_choices(question)
     for letter, choice in zip(quiz_answers.LETTERS, shown):
         assert f"- ({letter}) {choice.text}" in text
-    quiz.answer(notebook, question.id, letter_of(question, question.right_choice.id).upper())
+    quiz.answer(notebook, label, letter_of(question, question.right_choice.id).upper())
+    assert capsys.readouterr().out.startswith("Correct.")
+    quiz.answer(notebook, question.id, letter_of(question, question.right_choice.id))  # an id still works
     assert capsys.readouterr().out.startswith("Correct.")
     with pytest.raises(ValueError, match="one letter, from a to d"):
-        quiz.answer(notebook, question.id, "banana")
+        quiz.answer(notebook, label, "banana")
+
+
+# --- no id that gives the answer away -----------------------------------------------------------------------
+ALL_QUESTIONS = [q for name in QUIZ_FILES for q in quiz_schema.all_questions(name)]
+
+
+def without_own_text(question, shown: str) -> str:
+    """What a display adds to the question's own texts (a choice's id may be a word of its texts: 'raises')."""
+    for text in sorted([question.prompt, question.code.rstrip(), *(c.text for c in question.choices)], key=len,
+                       reverse=True):
+        shown = shown.replace(text, "") if text else shown
+    return shown
+
+
+def ids_in(question, shown: str) -> list:
+    added = without_own_text(question, shown)
+    return [i for i in (question.id, *(c.id for c in question.choices)) if i in added]
+
+
+@pytest.mark.parametrize("notebook", QUIZ_FILES)
+def test_every_question_is_answered_by_its_label_and_shows_no_id(notebook):
+    """`answer('08_higher_order', 'plain-gradient-has-no-graph', ...)` told the learner the answer."""
+    for question in quiz_schema.all_questions(notebook):
+        label = quiz.label(question)
+        assert quiz.find_question(notebook, label) == question == quiz.find_question(notebook, question.id)
+        for review in ("", "09_later"):
+            text = quiz.plain_text(question, quiz.number(question), review=review)
+            assert f"answer({notebook!r}, {label!r}, " in text
+            assert not ids_in(question, text), f"{notebook}/{question.id}: {ids_in(question, text)} in {text!r}"
+
+
+def test_labels_number_the_questions_in_file_order():
+    questions = quiz_schema.all_questions("08_higher_order")
+    assert [quiz.label(q) for q in questions] == [f"q{n}" for n in range(1, len(questions) + 1)]
+    assert quiz.find_question("08_higher_order", "Q2") == questions[1]
+    for missing in ("q0", f"q{len(questions) + 1}", "7"):
+        with pytest.raises(KeyError, match="no quiz question"):
+            quiz.find_question("08_higher_order", missing)
+    assert not any(q.id == quiz.label(q) for q in ALL_QUESTIONS)  # an id never shadows another question's label
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_a_shown_question_is_headed_by_its_number_in_the_notebook(plain, monkeypatch):
+    shown = []
+    monkeypatch.setattr(quiz, "display", shown.append)
+    monkeypatch.setenv(quiz.PLAIN_ENV_VAR, "1") if plain else monkeypatch.delenv(quiz.PLAIN_ENV_VAR, raising=False)
+    quiz.show_quiz("03_vjp", "retrieve")
+    retrieve = quiz.load_quiz("03_vjp")["retrieve"][1]
+    numbers = [quiz.number(q) for q in retrieve]
+    assert numbers[0] == 1 + len(quiz.load_quiz("03_vjp")["predict"][1])
+    for n, item in zip(numbers, shown[1:]):
+        if plain:
+            assert item.data.startswith(f"**Q{n}.**") and f"'q{n}', " in item.data
+        else:
+            assert f"Q{n}, your answer:" in {getattr(w, "description", "") for w in widget_tree(item)}
+
+
+@pytest.mark.parametrize("notebook", QUIZ_FILES)
+def test_no_widget_shows_an_id(notebook, monkeypatch):
+    """Not in a description, a tooltip, a placeholder, the options sent to the browser, nor the prompt."""
+    from autograder.learner import quiz_widgets
+    displayed = []
+    monkeypatch.setattr(quiz_widgets, "display", displayed.append)
+    for question in quiz_schema.all_questions(notebook):
+        for review in ("", "09_later"):
+            displayed.clear()
+            box = quiz_widgets.question_widget(question, quiz.number(question), review=review)
+            states = json.dumps([w.get_state() for w in widget_tree(box)], default=str, ensure_ascii=False)
+            shown = states + "".join(item.data for item in displayed)
+            assert question.prompt in shown
+            assert not ids_in(question, shown), f"{notebook}/{question.id}: {ids_in(question, shown)}"
+
+
+def test_the_id_check_can_fail():
+    question = first("08_higher_order", "choice")
+    assert ids_in(question, f"answer('08_higher_order', {question.id!r}, '?')") == [question.id]
+    assert ids_in(question, f"- (a) {question.choices[0].text} [{question.choices[1].id}]") == [question.choices[1].id]
 
 
 # --- produced answers in plain mode -----------------------------------------------------------------------------
 def test_plain_numeric_and_short_answers(capsys, private_progress):
     q = next(q for q in quiz_schema.all_questions("01_chain_rule") if q.id == "sigmoid-backward-from-output")
-    assert "answer('01_chain_rule', 'sigmoid-backward-from-output', '...')" in quiz.plain_text(q, 4)
-    quiz.answer("01_chain_rule", q.id, "2*0.8*(1-0.8)")
+    assert f"answer('01_chain_rule', 'q{quiz.number(q)}', '...')" in quiz.plain_text(q, 4)
+    quiz.answer("01_chain_rule", quiz.label(q), "2*0.8*(1-0.8)")
     assert capsys.readouterr().out.startswith("Correct: 0.32.")
     s = next(q for q in quiz_schema.all_questions("01_chain_rule") if q.kind == "short")
     quiz.answer("01_chain_rule", s.id, "torch.Size([64, 128])")
@@ -241,15 +421,40 @@ def test_code_is_shown_above_the_prompt():
 def test_recall_needs_an_answer_then_shows_the_model_answer_and_saves_the_rating(notebook, capsys):
     question = first(notebook, "recall")
     with pytest.raises(ValueError, match="write your own answer first"):
-        quiz.answer(notebook, question.id, "   ")
+        quiz.answer(notebook, quiz.label(question), "   ")
     assert capsys.readouterr().out == ""
-    quiz.answer(notebook, question.id, "my attempt")
-    assert question.answer in capsys.readouterr().out
-    quiz.rate(notebook, question.id, "my attempt", 2)
+    quiz.answer(notebook, quiz.label(question), "my attempt")
+    out = capsys.readouterr().out
+    assert question.answer in out and "rate('good')" in out and "my attempt" not in out
+    quiz.rate("good")  # the rating alone: it rates the last free-recall answer
+    assert capsys.readouterr().out == "Saved: good.\n"
     (attempt,) = progress_file.attempts(notebook)
     assert (attempt["kind"], attempt["rating"], attempt["response"]) == ("recall", 2, "my attempt")
     with pytest.raises(ValueError, match="from 0 to 3"):
         quiz.rate_recall(question, "x", 7)
+
+
+def test_rate_takes_a_name_or_a_number_and_the_old_signature_still_works(private_progress, monkeypatch):
+    monkeypatch.setattr(quiz, "_last_recall", {})
+    with pytest.raises(quiz.AnswerError, match="answer a free-recall question"):
+        quiz.rate("good")
+    first_recall, second_recall = [q for q in quiz_schema.all_questions("02_micrograd") if q.kind == "recall"][:2]
+    quiz.answer("02_micrograd", quiz.label(first_recall), "first try", review="03_vjp")
+    quiz.rate("Again")
+    quiz.rate(3)  # a second rating in the same sitting corrects a mis-click
+    quiz.answer("02_micrograd", quiz.label(second_recall), "second try")
+    quiz.rate(" hard ")
+    quiz.rate("02_micrograd", first_recall.id, "typed again", 1)  # the first form, by id
+    quiz.rate("02_micrograd", quiz.label(first_recall), "and by label", "easy", "04_toggles")
+    assert [(a["question"], a["response"], a["rating"], a.get("review")) for a in progress_file.attempts()] == [
+        (first_recall.id, "first try", 0, "03_vjp"), (first_recall.id, "first try", 3, "03_vjp"),
+        (second_recall.id, "second try", 1, None), (first_recall.id, "typed again", 1, None),
+        (first_recall.id, "and by label", 3, "04_toggles")]
+    for bad in ("great", 4, True, "", 1.5):
+        with pytest.raises(quiz.AnswerError, match="again, hard, good, easy, or from 0 to 3"):
+            quiz.rate(bad)
+    with pytest.raises(TypeError, match="rate\\('good'\\)"):
+        quiz.rate("02_micrograd", "good")
 
 
 @pytest.mark.parametrize("notebook", QUIZ_FILES)
@@ -359,4 +564,4 @@ def test_plain_text_review_questions_say_where_they_come_from():
     question = first("01_chain_rule", "choice")
     text = quiz.plain_text(question, 2, review="03_vjp", note="you missed it last time")
     assert text.startswith("**R2.** *from 01_chain_rule: you missed it last time*")
-    assert f"answer('01_chain_rule', {question.id!r}, '?', review='03_vjp')" in text
+    assert f"answer('01_chain_rule', {quiz.label(question)!r}, '?', review='03_vjp')" in text

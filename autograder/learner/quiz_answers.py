@@ -2,11 +2,16 @@
 
 Widgets (``quiz_widgets``) and plain text (``quiz``) both go through here, so they judge alike:
 
-- ``numeric``: the typed text is a number or a plain arithmetic expression (numbers, ``+ - * / **``
-  and parentheses only; ``2**-24``, ``3*4*8``, ``1e-3``), evaluated without ``eval``, and right when
-  it is within the question's tolerance of the answer. A trailing unit (``96 bytes``) is allowed.
+- ``numeric``: the typed text is a number or an arithmetic expression (numbers, ``+ - * / **``,
+  parentheses, ``sqrt``, ``exp``, ``log`` and ``pi``; ``2**-24``, ``3*4*8``, ``sqrt(4/3)``),
+  evaluated without ``eval``, and right when it is within the question's tolerance of the answer.
+  A trailing unit (``96 bytes``) is allowed.
 - ``short``: right when it equals one of the accepted answers once both are lower-cased and stripped
-  of all whitespace, backticks and surrounding quotes.
+  of all whitespace, backticks, surrounding quotes and a final period (for a True/False question,
+  yes and no count as true and false). A question with a ``value`` is judged by meaning too: the
+  typed text is read as a Python expression and right when its value equals the value's, on random
+  tensors of the question's ``variables`` (several draws) where it names any; so ``torch.mm(X.T, dY)``
+  and ``(dY.T @ X).T`` are ``X.T @ dY``, and ``[4, 4, 4]`` is ``tensor([4., 4., 4.])``.
 - ``choice``: the options are shown in an order of their own for each learner and question
   (seeded by the learner's id in the progress file, so a re-run or another kernel shows the same
   order), and the answer is saved by the option's id, never by its position.
@@ -14,13 +19,25 @@ Widgets (``quiz_widgets``) and plain text (``quiz``) both go through here, so th
 
 Every attempt is saved (``progress_file.record``); one given in a later notebook's opening review
 also carries ``"review": <that notebook>``.
+
+A typed expression is never given to ``eval``: it is parsed with ``ast``, every node checked against
+a short list (names, attributes, calls, indexing, arithmetic, constants, tuples and lists), and
+walked here. It reaches only the names it is given (``torch``, the question's tensors, ``tensor``,
+``nan`` and ``inf``; no builtins), no attribute that starts with ``_``, attributes of ``torch`` only
+where they are tensor operations or dtypes, and attributes of tensors only: not ``torch.save``, not
+``X.numpy().tofile``. It runs in the learner's own kernel, on tensors drawn from a generator of its
+own, so the kernel's random state is left as it was.
 """
 import ast
 import dataclasses
+import inspect
 import math
 import operator
 import random
 import string
+import warnings
+
+import torch
 
 from autograder.learner import progress_file
 from autograder.learner.quiz_schema import RATINGS, Question
@@ -29,6 +46,9 @@ LETTERS = string.ascii_lowercase
 MAX_EXPRESSION_CHARS = 200
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
               ast.Pow: operator.pow, ast.USub: operator.neg, ast.UAdd: operator.pos}
+FUNCTIONS = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log}  # what a numeric answer may call
+CONSTANTS = {"pi": math.pi}
+_NUMERIC_PARTS = "numbers, + - * / ** and parentheses, sqrt, exp, log and pi"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,12 +61,20 @@ class AnswerError(ValueError):
     """A typed answer that cannot be read (not saved: it is not an answer yet)."""
 
 
-# --- reading what was typed ---------------------------------------------------------------------------
+# --- reading a number ---------------------------------------------------------------------------------
 def _evaluate(node):
     if isinstance(node, ast.Expression):
         return _evaluate(node.body)
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return float(node.value)  # floats throughout: 9**9**9 overflows at once instead of running for hours
+    if isinstance(node, ast.Name) and node.id in CONSTANTS:
+        return CONSTANTS[node.id]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS \
+            and not node.keywords and 1 <= len(node.args) <= (2 if node.func.id == "log" else 1):
+        try:
+            return float(FUNCTIONS[node.func.id](*map(_evaluate, node.args)))
+        except ValueError:
+            raise AnswerError(f"{ast.unparse(node)} is outside the domain of {node.func.id}") from None
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
         return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
@@ -55,7 +83,7 @@ def _evaluate(node):
         raise AnswerError("write powers with **, as in 2**-24 (^ is not a power in Python)")
     if isinstance(node, ast.Tuple):
         raise AnswerError("write numbers without thousands separators: 3000 or 3_000, not 3,000")
-    raise AnswerError("use numbers, + - * / ** and parentheses only")
+    raise AnswerError(f"use {_NUMERIC_PARTS} only")
 
 
 def _without_unit(text, unit):
@@ -85,12 +113,175 @@ def read_number(text: str, unit: str = "") -> float:
     return value
 
 
+# --- reading a short answer ---------------------------------------------------------------------------
+_BOOLEANS = {"yes": "true", "no": "false"}
+
+
 def normalise(text: str) -> str:
-    """Lower case without whitespace, backticks or surrounding quotes: '`torch.Size([3, 4])`' -> 'torch.size([3,4])'."""
+    """Lower case without whitespace, backticks, surrounding quotes or a final period:
+    '`torch.Size([3, 4])`' -> 'torch.size([3,4])', 'False.' -> 'false'."""
     squeezed = "".join(str(text).lower().split()).replace("`", "")
-    return squeezed.strip("'\"")
+    return squeezed.rstrip(".").strip("'\"").rstrip(".")
 
 
+def _canonical(text: str) -> str:
+    """normalise(), with yes and no read as true and false."""
+    text = normalise(text)
+    return _BOOLEANS.get(text, text)
+
+
+# --- reading and judging a code answer ----------------------------------------------------------------
+CODE_DRAWS = 3  # random draws of the question's tensors; an answer must match on every one
+_CODE_OPERATORS = {**_OPERATORS, ast.MatMult: operator.matmul, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_CODE_NODES = (ast.Expression, ast.Name, ast.Load, ast.Attribute, ast.Call, ast.keyword, ast.Subscript, ast.Slice,
+               ast.BinOp, ast.UnaryOp, ast.Constant, ast.Tuple, ast.List, *_CODE_OPERATORS)
+_TORCH_EXTRAS = {"einsum", "tensordot", "tensor", "as_tensor", "Size", "stack", "cat", "zeros", "ones", "eye"}
+_CODE_CONSTANTS = {"torch": torch, "tensor": torch.tensor, "nan": math.nan, "inf": math.inf}  # tensor, nan: as printed
+
+
+def code_names(question: Question) -> str:
+    """The names a code answer may use: 'X, dY, torch'."""
+    return ", ".join([name for name, _ in question.variables] + ["torch"])
+
+
+def parse_code(text: str, names) -> ast.Expression:
+    """`text` as a Python expression made only of the allowed parts and `names` (AnswerError otherwise)."""
+    typed = str(text).strip().strip("`").strip()
+    if not typed:
+        raise AnswerError("type your answer first")
+    if len(typed) > MAX_EXPRESSION_CHARS:
+        raise AnswerError(f"an answer is at most {MAX_EXPRESSION_CHARS} characters")
+    try:
+        tree = ast.parse(typed, mode="eval")
+    except SyntaxError:
+        raise AnswerError(f"could not read {typed!r} as a Python expression") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _CODE_NODES):
+            raise AnswerError(f"{typed!r}: use names, attributes, calls, indexing, arithmetic, numbers and tuples "
+                              f"only (no {type(node).__name__})")
+        if isinstance(node, ast.Name) and node.id not in names:
+            raise AnswerError(f"{node.id!r} is not defined here; the names are {', '.join(sorted(names))}")
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            raise AnswerError(f"{typed!r}: no attributes that start with _")
+        if isinstance(node, ast.keyword) and node.arg is None:
+            raise AnswerError(f"{typed!r}: no ** in a call")
+        if isinstance(node, ast.Constant) and isinstance(node.value, bytes):
+            raise AnswerError(f"{typed!r}: no bytes")
+    return tree
+
+
+def _attribute(owner, name):
+    """owner.name, where owner is torch (tensor operations and dtypes only) or a tensor."""
+    if owner is torch:
+        found = getattr(torch, name, None)
+        if isinstance(found, torch.dtype) or (callable(found) and not inspect.ismodule(found)
+                                              and (hasattr(torch.Tensor, name) or name in _TORCH_EXTRAS)):
+            return found
+        raise AnswerError(f"torch.{name} is not available here: use tensor operations")
+    if isinstance(owner, torch.Tensor):
+        if not hasattr(owner, name):
+            raise AnswerError(f"a tensor has no attribute {name!r}")
+        return getattr(owner, name)
+    raise AnswerError(f"only torch and tensors have attributes here, not a {type(owner).__name__}")
+
+
+def _arithmetic(op, *operands):
+    if not all(isinstance(x, (int, float, torch.Tensor)) for x in operands):
+        raise AnswerError("arithmetic works on numbers and tensors here, not on lists or strings")
+    if isinstance(op, ast.Pow) and not any(isinstance(x, torch.Tensor) for x in operands):
+        operands = [float(x) for x in operands]  # 9**9**9 overflows at once instead of running for hours
+    return _CODE_OPERATORS[type(op)](*operands)
+
+
+def _run(node, names):
+    """The value of a checked expression (parse_code), walked node by node."""
+    if isinstance(node, ast.Expression):
+        return _run(node.body, names)
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return names[node.id]
+    if isinstance(node, (ast.Tuple, ast.List)):
+        items = [_run(item, names) for item in node.elts]
+        return tuple(items) if isinstance(node, ast.Tuple) else items
+    if isinstance(node, ast.Attribute):
+        return _attribute(_run(node.value, names), node.attr)
+    if isinstance(node, ast.Call):
+        function = _run(node.func, names)
+        if not callable(function):
+            raise TypeError(f"{ast.unparse(node.func)} cannot be called")
+        return function(*[_run(a, names) for a in node.args], **{k.arg: _run(k.value, names) for k in node.keywords})
+    if isinstance(node, ast.Subscript):
+        return _run(node.value, names)[_run(node.slice, names)]
+    if isinstance(node, ast.Slice):
+        return slice(*[None if part is None else _run(part, names) for part in (node.lower, node.upper, node.step)])
+    if isinstance(node, ast.BinOp):
+        return _arithmetic(node.op, _run(node.left, names), _run(node.right, names))
+    return _arithmetic(node.op, _run(node.operand, names))  # UnaryOp, the last node type parse_code lets through
+
+
+def evaluate_code(text: str, tensors: dict):
+    """The value of the expression `text` with `tensors` (name: tensor) and torch (AnswerError if it is
+    not allowed; whatever it raises otherwise, as Python would)."""
+    names = {**_CODE_CONSTANTS, **tensors}
+    tree = parse_code(text, names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return _run(tree, names)
+        except ZeroDivisionError:
+            raise AnswerError(f"{text!r} divides by zero") from None
+        except OverflowError:
+            raise AnswerError(f"{text!r} is too large to compute") from None
+
+
+def draws(question: Question) -> list:
+    """The question's tensors, {name: float64 tensor of its declared shape}, for each draw (one if none)."""
+    count = CODE_DRAWS if question.variables else 1
+    result = []
+    for draw in range(count):
+        generator = torch.Generator().manual_seed(draw)
+        result.append({name: torch.randn(*shape, generator=generator, dtype=torch.float64)
+                       for name, shape in question.variables})
+    return result
+
+
+def _as_tensor(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    try:
+        return torch.as_tensor(value, dtype=torch.float64)  # numbers, nested lists and tuples, torch.Size
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def judge_value(question: Question, typed: str) -> tuple:
+    """(right, why not) for a short question with a value: does `typed`, read as Python, have the value's
+    value (on every draw of the question's tensors)? AnswerError if it cannot be read."""
+    where = ("on random " + " and ".join(f"{name} of shape {tuple(shape)}" for name, shape in question.variables)
+             + ", ") if question.variables else ""
+    parse_code(typed, {**_CODE_CONSTANTS, **dict(question.variables)})  # unreadable: say so before running
+    for tensors in draws(question):
+        want = _as_tensor(evaluate_code(question.value, tensors))
+        try:
+            value = evaluate_code(typed, tensors)
+        except AnswerError:
+            raise
+        except Exception as err:  # noqa: BLE001 - an answer that raises is a wrong answer; say how
+            message = (str(err).strip().splitlines() or [""])[0][:200]
+            return False, f"{where}`{typed.strip()}` raises {type(err).__name__}: {message}"
+        got = _as_tensor(value)
+        if got is None:
+            return False, f"{where}`{typed.strip()}` gives a {type(value).__name__}, not a value"
+        if got.shape != want.shape:
+            return False, (f"{where}`{typed.strip()}` has shape {tuple(got.shape)}; "
+                           f"the answer has shape {tuple(want.shape)}")
+        if not torch.allclose(got.to(torch.float64), want.to(torch.float64), rtol=1e-5, atol=1e-8, equal_nan=True):
+            return False, f"{where}`{typed.strip()}` has the right shape but other values"
+    return True, ""
+
+
+# --- showing numbers, choices and questions -----------------------------------------------------------
 def show_number(value, within: float = 0.0) -> str:
     """A number as a learner would write it: 3145728, not 3.145728e+06; otherwise with the fewest
     significant digits that stay within `within` of it (all of them, at most 6, if `within` is 0)."""
@@ -118,7 +309,6 @@ def within(question: Question, value: float) -> bool:
                for kind, bound in question.tolerance)
 
 
-# --- choice order -------------------------------------------------------------------------------------
 def shown_choices(question: Question, learner: str = None) -> tuple:
     """The choices in the order this learner sees them: shuffled, the same on every call."""
     learner = progress_file.learner_id() if learner is None else learner
@@ -155,7 +345,7 @@ def check_choice(question: Question, choice_id: str, review: str = "") -> Feedba
     `review`: the notebook whose opening review showed the question ('' in its own notebook)."""
     chosen = next((c for c in question.choices if c.id == choice_id), None)
     if chosen is None:
-        raise AnswerError(f"{question.id} has no option {choice_id!r}")
+        raise AnswerError(f"this question has no option {choice_id!r}")
     text = ("Correct. " if chosen.correct else "Not quite. ") + chosen.why
     if not chosen.correct:
         right = question.right_choice
@@ -180,13 +370,35 @@ def check_numeric(question: Question, typed: str, review: str = "") -> Feedback:
     return Feedback(correct, text)
 
 
-def check_short(question: Question, typed: str, review: str = "") -> Feedback:
-    """Feedback for a typed short answer (AnswerError, not saved, if nothing was typed)."""
+def judge_short(question: Question, typed: str) -> tuple:
+    """(right, why not) for a short answer: an accepted spelling, or (for a question with a value) an
+    expression with the same value. AnswerError if nothing was typed, or if code in the question's
+    variables is asked for and the text is not such code (``X^T dY`` is not Python; accept lists it)."""
     if not normalise(typed):
         raise AnswerError("type your answer first")
-    correct = normalise(typed) in {normalise(a) for a in question.accept}
-    first = f"`{question.accept[0]}`"
-    text = f"Correct. {question.why}" if correct else f"Not quite: the answer is {first}. {question.why}"
+    if _canonical(typed) in {_canonical(a) for a in question.accept}:
+        return True, ""
+    if not question.value:
+        return False, ""
+    try:
+        return judge_value(question, typed)
+    except AnswerError:
+        if question.variables:
+            raise  # code in the question's names is asked for: say what cannot be read, save nothing
+        return False, ""  # a value, asked for in any words: words such as RuntimeError are an answer
+
+
+def model_answer(question: Question) -> str:
+    """A short question's answer as the feedback shows it."""
+    return question.value or question.accept[0]
+
+
+def check_short(question: Question, typed: str, review: str = "") -> Feedback:
+    """Feedback for a typed short answer (AnswerError, not saved, if it cannot be read)."""
+    correct, reason = judge_short(question, typed)
+    reason = f"{reason}; " if reason else ""
+    text = (f"Correct. {question.why}" if correct
+            else f"Not quite: {reason}the answer is `{model_answer(question)}`. {question.why}")
     _save(question, review, response=str(typed), correct=correct)
     return Feedback(correct, text)
 
@@ -196,8 +408,18 @@ def check_typed(question: Question, typed: str, review: str = "") -> Feedback:
     return (check_numeric if question.kind == "numeric" else check_short)(question, typed, review)
 
 
-def rate_recall(question: Question, response: str, rating: int, review: str = "") -> None:
-    """Save a free-recall attempt with the learner's own rating (0 again ... 3 easy)."""
-    if rating not in range(len(RATINGS)) or isinstance(rating, bool):
-        raise AnswerError(f"rate yourself from 0 to 3: {', '.join(f'{i} {r}' for i, r in enumerate(RATINGS))}")
-    _save(question, review, response=str(response), rating=rating)
+def read_rating(rating) -> int:
+    """A self-rating as its number: 0 to 3, or its name ("again", "hard", "good", "easy", any case)."""
+    if isinstance(rating, str) and rating.strip().lower() in RATINGS:
+        return RATINGS.index(rating.strip().lower())
+    if isinstance(rating, str) and rating.strip().isdigit():
+        rating = int(rating.strip())
+    if isinstance(rating, int) and not isinstance(rating, bool) and rating in range(len(RATINGS)):
+        return rating
+    raise AnswerError(f"rate yourself with {', '.join(RATINGS)}, or from 0 to 3: "
+                      f"{', '.join(f'{i} {r}' for i, r in enumerate(RATINGS))}")
+
+
+def rate_recall(question: Question, response: str, rating, review: str = "") -> None:
+    """Save a free-recall attempt with the learner's own rating (0 again ... 3 easy, or the name)."""
+    _save(question, review, response=str(response), rating=read_rating(rating))

@@ -12,16 +12,25 @@ conceptual or synthetic). The kinds:
 - ``numeric`` (produced): ``answer`` (a number), ``tolerance: {abs: x}`` or ``{rel: x}`` (default
   ``rel: 1e-6``), optional ``unit``;
 - ``short`` (produced): ``accept``, the answers that count (compared after lower-casing and removing
-  whitespace, backticks and surrounding quotes);
+  whitespace, backticks, surrounding quotes and a final period), and/or ``value``, a Python expression
+  whose value is the answer: then a typed expression with the same value is right too (judged by
+  ``quiz_answers.judge_value``), on random float64 tensors of the shapes in ``variables`` (``{X: [5,
+  3], dY: [5, 4]}``) where the answer is code, so that ``torch.mm(X.T, dY)`` counts as ``X.T @ dY``.
+  ``accept`` then holds only what is not Python (``X^T dY``);
 - ``recall`` (produced): ``answer``, the model answer; the learner rates their own recall;
 - ``choice`` (recognition): ``choices``, each ``{id, text, why}``, exactly one with ``correct: true``.
 
 Anything else in a question (a misspelt ``tolerence``) is an error that names the question, so a
 typo cannot silently change how answers are judged.
+
+In plain text a question is answered by its label, ``q7`` for the 7th question of its notebook (file
+order), never by its id: an id such as ``tanh-saves-output`` would give the answer away. The id is
+what the progress file keeps; ``find_question`` takes either.
 """
 import dataclasses
 import importlib.resources
 import math
+import re
 
 import yaml
 
@@ -33,7 +42,7 @@ KINDS = PRODUCED + ("choice",)
 RATINGS = ("again", "hard", "good", "easy")
 DEFAULT_TOLERANCE = {"rel": 1e-6}
 _COMMON = {"id", "kind", "prompt", "code", "why", "level"}
-_FIELDS = {"numeric": _COMMON | {"answer", "tolerance", "unit"}, "short": _COMMON | {"accept"},
+_FIELDS = {"numeric": _COMMON | {"answer", "tolerance", "unit"}, "short": _COMMON | {"accept", "value", "variables"},
            "recall": _COMMON | {"answer"}, "choice": _COMMON | {"choices"}}
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where built: a review reads every file
 
@@ -65,6 +74,8 @@ class Question:
     tolerance: tuple = ()  # (("abs" or "rel", value), ...)
     unit: str = ""
     accept: tuple = ()
+    value: str = ""  # a short question's answer as a Python expression, judged by its value
+    variables: tuple = ()  # ((name, shape), ...): the tensors `value` is computed from
 
     @property
     def produced(self) -> bool:
@@ -116,6 +127,22 @@ def _choices(raw, where) -> tuple:
     return tuple(parsed)
 
 
+def _short(raw, where) -> dict:
+    accept, value, variables = raw.get("accept", []), raw.get("value", ""), raw.get("variables", {})
+    if not isinstance(accept, list) or not all(isinstance(a, str) and a.strip() or _is_number(a) for a in accept) \
+            or not (accept or value):
+        raise QuizFileError(f"{where}: a short question needs accept: a list of answers, or a value")
+    if not isinstance(value, str) or (variables and not value.strip()):
+        raise QuizFileError(f"{where}: value is a Python expression (a string), needed with variables")
+    if not isinstance(variables, dict) or not all(
+            isinstance(name, str) and name.isidentifier() and isinstance(shape, list)
+            and all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 64 for n in shape)
+            for name, shape in variables.items()):
+        raise QuizFileError(f"{where}: variables are {{name: shape}}, a shape a list of sizes from 1 to 64")
+    return {"accept": tuple(str(a) for a in accept), "value": value.strip(),
+            "variables": tuple((name, tuple(shape)) for name, shape in variables.items())}
+
+
 def _tolerance(raw, where) -> tuple:
     tolerance = raw.get("tolerance", DEFAULT_TOLERANCE)
     bounds = {k: _number(v) for k, v in tolerance.items()} if isinstance(tolerance, dict) else {}
@@ -154,11 +181,7 @@ def parse_question(notebook: str, section: str, raw) -> Question:
         fields.update(answer=_number(raw["answer"]), tolerance=_tolerance(raw, where),
                       unit=_text(raw, "unit", where, required=False))
     elif kind == "short":
-        accept = raw.get("accept")
-        if not isinstance(accept, list) or not accept or not all(
-                isinstance(a, str) and a.strip() or _is_number(a) for a in accept):
-            raise QuizFileError(f"{where}: a short question needs accept: a list of answers")
-        fields["accept"] = tuple(str(a) for a in accept)
+        fields.update(_short(raw, where))
     else:
         fields["answer"] = _text(raw, "answer", where)  # a recall question's model answer
     return Question(notebook, section, kind=kind, level=level, **fields)
@@ -206,7 +229,23 @@ def all_questions(notebook: str) -> list:
 
 
 def find_question(notebook: str, question_id: str) -> Question:
-    for q in all_questions(notebook):
+    """The question of `notebook` with this id, or with this label (``q7``: see ``label``)."""
+    questions = all_questions(notebook)
+    for q in questions:
         if q.id == question_id:
             return q
+    numbered = re.fullmatch(r"[qQ](\d+)", str(question_id).strip())
+    if numbered and 1 <= int(numbered[1]) <= len(questions):
+        return questions[int(numbered[1]) - 1]
     raise KeyError(f"{notebook} has no quiz question {question_id!r}")
+
+
+def number(question: Question) -> int:
+    """The question's place in its notebook's file, from 1 (its heading Q7, its label q7)."""
+    ids = [q.id for q in all_questions(question.notebook)]
+    return ids.index(question.id) + 1
+
+
+def label(question: Question) -> str:
+    """The neutral name a plain-text answer() call uses: q7, not an id that gives the answer away."""
+    return f"q{number(question)}"

@@ -3,8 +3,10 @@
 Keyboard and screen readers: only native controls are used (radio inputs, text inputs, ``<button>``s,
 ``<textarea>``), all reachable with Tab and worked with Space/Enter; every handler listens to
 ``click`` or a value change, which keyboard use fires too. Every control has a description or a
-tooltip that names its question, so "Check" is never read out without saying which one. The one
-control that starts disabled, a recall question's Reveal, says in its tooltip what enables it.
+tooltip that names its question (Q7, or R2 in a review), so "Check" is never read out without saying
+which one. The one control that starts disabled, a recall question's Reveal, says in its tooltip what
+enables it. No control shows a question's id, nor sends an option's id to the browser (an id such as
+``tanh-saves-output`` would give the answer away): a choice's options travel as their labels.
 """
 import ipywidgets as widgets
 from IPython.display import Markdown, display
@@ -14,8 +16,8 @@ from autograder.learner.quiz_schema import RATINGS
 
 RATING_TIPS = ("I did not know it", "I struggled to recall it", "I knew it", "It was easy")
 _LABEL_STYLE = {"description_width": "initial"}  # the whole description, not cut at 80 px
-_TYPED_HINTS = {"numeric": "a number or an expression such as 2**-24 or 3*4*8",
-                "short": "a short answer: a name, a shape, a dtype, an error"}
+_TYPED_HINTS = {"numeric": "a number or an expression such as 2**-24, 3*4*8 or sqrt(4/3)",
+                "short": "a short answer: a name, a shape, a value, an error"}
 
 
 def _prompt(question, number, review, note):
@@ -61,7 +63,9 @@ def _typed_widget(question, number, review="", note=""):
     """A numeric or short question: a one-line text box and Check."""
     name = _name(number, review)
     unit = f" (in {question.unit})" if question.unit else ""
-    typed = widgets.Text(placeholder=_TYPED_HINTS[question.kind] + unit, description=f"{name}, your answer:",
+    hint = (f"a Python expression in {quiz_answers.code_names(question)}" if question.variables
+            else _TYPED_HINTS[question.kind] + unit)
+    typed = widgets.Text(placeholder=hint, description=f"{name}, your answer:",
                          tooltip=f"Type your answer to {name}, then press Check", style=_LABEL_STYLE,
                          layout=widgets.Layout(width="70%"))
     button = widgets.Button(description="Check", tooltip=f"Check your answer to {name}")
