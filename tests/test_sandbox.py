@@ -322,7 +322,7 @@ def test_the_submission_limit_counts_the_replay_after_a_kernel_death():
     began = time.monotonic()
     problems = run_notebook(nb, Limits(cell_seconds=60, submission_seconds=10))
     assert time.monotonic() - began < 10 + 8
-    assert problems == [(1, "the cell ended the Python process (os._exit, a crash, or a signal)"),
+    assert problems == [(1, "the cell ended the Python process (os._exit, a crash, a signal, or its CPU time ran out)"),
                         (2, "not run: the submission used its whole 10 s")]
     assert errors(nb.cells[2]) == ["SubmissionTimeLimit: not run: the submission used its whole 10 s"]
 
@@ -432,3 +432,33 @@ def test_the_kernel_imports_the_package_the_grader_imported_even_through_pythonp
     grader_copy, kernel_copy = done.stdout.strip().splitlines()[-2:]
     assert grader_copy.startswith(str(tmp_path / "clone")), grader_copy
     assert kernel_copy.startswith(str(tmp_path / "clone" / "autograder" / "checks")), done.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="control groups are made where the grader is root")
+def test_memory_that_no_resident_set_shows_is_counted_and_the_kernel_stopped(tmp_path):
+    """Pages of memfd files are in no process's resident set: a kernel held 2 GB of them under a
+    1.5 GB limit and scored full marks while the memory watch polled RSS alone."""
+    hoard = ("import os\nheld = []\nfor i in range(40):\n    fd = os.memfd_create(f'm{i}')\n"
+             "    os.write(fd, bytes(64 * 2**20))\n    held.append(fd)\nprint('held', len(held) * 64, 'MB')")
+    nb = notebook(hoard, "print('next cell')")
+    problems = run_notebook(nb, Limits(cell_seconds=60, memory_mb=1500))
+    assert problems[:1] == [(0, "the cell used more than 1500 MB of memory")], problems
+    assert text(nb.cells[1]) == "next cell\n"  # a fresh kernel goes on
+    assert not [p for p in pathlib.Path("/sys/fs/cgroup/memory").rglob("course-sandbox-*")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="control groups are made where the grader is root")
+def test_a_kernels_processes_are_bounded_by_its_control_group():
+    from autograder.grader.cgroup import Cgroup
+    group = Cgroup.create(memory_mb=512, processes=5)
+    assert group is not None
+    try:
+        import subprocess
+        script = ("import subprocess\nstarted = []\ntry:\n    for _ in range(20):\n"
+                  "        started.append(subprocess.Popen(['sleep', '30']))\nexcept OSError as err:\n"
+                  "    print(len(started), err.strerror)\n")
+        done = subprocess.run(group.wrap([sys.executable, "-c", script]), capture_output=True, text=True, timeout=60)
+        count, _ = done.stdout.split(" ", 1)
+        assert int(count) < 5 and "Resource temporarily unavailable" in done.stdout, done.stdout + done.stderr
+    finally:
+        assert group.remove() >= 1  # the sleeps it started are killed with the group

@@ -27,6 +27,7 @@ import zmq
 from jupyter_client.manager import AsyncKernelManager
 
 from autograder.grader import bubblewrap
+from autograder.grader.cgroup import Cgroup
 
 # Top-level entries of a course directory that a kernel must never reach (none is on the sandbox's
 # allow-list; a plan that would expose one is refused, see bubblewrap.refused).
@@ -174,6 +175,8 @@ class Sandbox:
     def __init__(self, limits, sandboxed=True, answer_key=None, hidden=()):
         self.sandboxed = sandboxed
         self.uid = fresh_uid() if sandboxed and os.geteuid() == 0 else None
+        # memory (memfd, shared memory and tmpfs pages included) and processes, where the grader is root
+        self.cgroup = Cgroup.create(limits.memory_mb, limits.processes) if sandboxed else None
         self.exchange = Exchange(self.uid)
         self.workdir = HOME if sandboxed else tempfile.mkdtemp(prefix="submission-")
         course_root = pathlib.Path(answer_key).resolve().parents[2] if answer_key else None
@@ -190,7 +193,12 @@ class Sandbox:
     def command(self, kernel_cmd) -> list:
         if not self.sandboxed:
             return kernel_cmd
-        return bubblewrap.command(self.plan, kernel_cmd, plain_keys=bool(self.plan.readable))
+        command = bubblewrap.command(self.plan, kernel_cmd, plain_keys=bool(self.plan.readable))
+        return self.cgroup.wrap(command) if self.cgroup is not None else command
+
+    def out_of_memory(self) -> bool:
+        """Whether the control group's memory limit ended a process of this sandbox."""
+        return self.cgroup is not None and self.cgroup.oom_killed()
 
     def note_namespace(self, pid) -> None:
         """Remember the PID namespace of the sandbox started as process `pid` (bwrap's child is its
@@ -235,6 +243,9 @@ class Sandbox:
         for process in left:
             with contextlib.suppress(psutil.Error, OSError):
                 process.send_signal(signal.SIGKILL)
+        if self.cgroup is not None:
+            left += [None] * self.cgroup.remove()  # whatever escaped the namespace's count
+            self.cgroup = None
         self.exchange.remove()
         if not self.sandboxed:
             shutil.rmtree(self.workdir, ignore_errors=True)

@@ -373,7 +373,7 @@ def _run_until_a_kernel_ends(client, nb, code, position, deadline, limits, trust
             if isinstance(err, CellTimeoutError) or getattr(err, "timed_out", False):
                 name, problem = _timed_out(client, limits, err)
             else:
-                problem, name = _death(watch, limits), "KernelDied"
+                problem, name = _death(watch, limits, client.sandbox), "KernelDied"
             nb.cells[index].outputs.append(error_output(name, problem))
             problems.append((index, problem))
             return position
@@ -387,9 +387,10 @@ def _run_until_a_kernel_ends(client, nb, code, position, deadline, limits, trust
     return position
 
 
-def _death(watch, limits):
-    return (f"the cell used more than {limits.memory_mb} MB of memory" if watch.exceeded
-            else "the cell ended the Python process (os._exit, a crash, or a signal)")
+def _death(watch, limits, sandbox=None):
+    out_of_memory = watch.exceeded or (sandbox is not None and sandbox.out_of_memory())
+    return (f"the cell used more than {limits.memory_mb} MB of memory" if out_of_memory
+            else "the cell ended the Python process (os._exit, a crash, a signal, or its CPU time ran out)")
 
 
 def _grade_here(client, nb, index, names):

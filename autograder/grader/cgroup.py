@@ -1,0 +1,127 @@
+"""Memory and process limits a kernel cannot step around: a control group per sandbox.
+
+The memory watch (`autograder.grader.sandbox.MemoryWatch`) polls the resident memory of a kernel's
+processes, and a kernel once held 2 GB in memfd files under a 1.5 GB limit: pages of memfd files,
+shared memory and tmpfs are nobody's resident set. A control group counts every page its processes
+charge, those included, and the kernel's out-of-memory killer enforces the limit at once; pids.max
+bounds the processes it can start. Where the grader is root on Linux, each sandbox gets one:
+cgroup v2 (`memory.max`, `memory.swap.max`, `pids.max`) where the unified hierarchy has those
+controllers, else v1 (`memory.limit_in_bytes`, `memory.memsw.limit_in_bytes`, `pids.max`). Anywhere
+else `create` returns None and the memory watch stays the only limit.
+"""
+import os
+import pathlib
+import secrets
+import signal
+import sys
+import time
+
+ROOT = pathlib.Path("/sys/fs/cgroup")
+
+
+def _own_paths() -> dict:
+    """{controller: this process's cgroup path} from /proc/self/cgroup ("" for the unified hierarchy)."""
+    paths = {}
+    for line in pathlib.Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            paths[controller] = path
+    return paths
+
+
+def _write(path: pathlib.Path, value) -> None:
+    path.write_text(f"{value}\n")
+
+
+class Cgroup:
+    """One sandbox's control group(s): made with its limits, joined by the kernel's first process
+    (`wrap`), read after a death (`oom_killed`), emptied and removed (`remove`)."""
+
+    def __init__(self, memory_mb: int, processes: int):
+        name = f"course-sandbox-{secrets.token_hex(6)}"
+        own, limit = _own_paths(), memory_mb * 2**20
+        unified = ROOT / own.get("", "/").lstrip("/")
+        self.folders = []
+        try:
+            control = unified / "cgroup.subtree_control"
+            if control.exists() and {"memory", "pids"} <= set(control.read_text().split()):
+                self.version, folder = 2, unified / name
+                folder.mkdir()
+                self.folders.append(folder)
+                _write(folder / "memory.max", limit)
+                if (folder / "memory.swap.max").exists():
+                    _write(folder / "memory.swap.max", 0)
+                _write(folder / "pids.max", processes)
+            else:
+                self.version = 1
+                memory = ROOT / "memory" / own["memory"].lstrip("/") / name
+                pids = ROOT / "pids" / own["pids"].lstrip("/") / name
+                for folder in (memory, pids):
+                    folder.mkdir()
+                    self.folders.append(folder)
+                _write(memory / "memory.limit_in_bytes", limit)
+                if (memory / "memory.memsw.limit_in_bytes").exists():  # no escape into swap
+                    _write(memory / "memory.memsw.limit_in_bytes", limit)
+                _write(pids / "pids.max", processes)
+        except BaseException:
+            self.remove()
+            raise
+
+    @classmethod
+    def create(cls, memory_mb: int, processes: int):
+        """A control group with these limits, or None where none can be made (not root, not Linux,
+        no writable memory and pids controllers)."""
+        if os.geteuid() != 0 or not sys.platform.startswith("linux"):
+            return None
+        try:
+            return cls(memory_mb, processes)
+        except (OSError, KeyError, ValueError):
+            return None
+
+    def wrap(self, command: list) -> list:
+        """`command` run by a shell that first moves itself into the group(s): everything the kernel
+        starts is in them from its first instruction."""
+        joins = "".join(f'echo $$ > "${i}" && ' for i in range(1, len(self.folders) + 1))
+        script = f'{joins}shift {len(self.folders)} && exec "$@"'
+        return ["/bin/sh", "-c", script, "sh", *(str(f / "cgroup.procs") for f in self.folders), *command]
+
+    def oom_killed(self) -> bool:
+        """Whether the out-of-memory killer ended a process of the group."""
+        memory = self.folders[0]
+        events = memory / ("memory.events" if self.version == 2 else "memory.oom_control")
+        try:
+            fields = dict(line.split() for line in events.read_text().splitlines() if len(line.split()) == 2)
+        except OSError:
+            return False
+        return int(fields.get("oom_kill", 0)) > 0
+
+    def processes(self) -> list:
+        found = set()
+        for folder in self.folders:
+            try:
+                found |= {int(pid) for pid in (folder / "cgroup.procs").read_text().split()}
+            except OSError:
+                pass
+        return sorted(found)
+
+    def remove(self, patience=3.0) -> int:
+        """Kill whatever still runs in the group, then remove it; return how many processes were killed."""
+        killed, deadline = set(), time.monotonic() + patience
+        while (left := self.processes()) and time.monotonic() < deadline:
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        for folder in reversed(self.folders):
+            for _ in range(50):
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # busy for a moment after its last process ends
+                    time.sleep(0.02)
+        return len(killed)
