@@ -4,15 +4,23 @@ numeric or short answer checked against what PyTorch computes on this machine.
 Verification: a question with a ``code`` snippet is run as a notebook cell would run it (``torch``,
 ``F``, ``nn`` and ``math`` imported, as in every notebook), and its result is what the cell shows:
 the value of a last bare expression, else the last line it prints, else the name of the exception it
-raises. A numeric or short question without a snippet has a function below (``VERIFIERS``) that
-computes its answer from scratch; a question with neither fails, whichever notebook it belongs to.
+raises. A numeric or short question without a snippet, or whose snippet stops short of its answer,
+has a function (``VERIFIERS``) or a snippet of the test's own (``HIDDEN_SNIPPETS``) that computes its
+answer from scratch; a question with none fails, whichever notebook it belongs to.
+
+A retrieve or concept-check question is answered from memory and reasoning, so its snippet (if any)
+must not show the answer when run, and its comments state no values (predict questions may: predicting,
+then running, is their point).
 """
 import ast
 import collections
 import contextlib
+import dataclasses
 import io
 import math
+import re
 import sys
+import tokenize
 import warnings
 
 import pytest
@@ -254,18 +262,24 @@ def as_number(value) -> float:
 
 
 def judge(question, value):
-    """(right, shown): whether the question's answer accepts `value`, and what it was."""
+    """(right, shown): whether the question's answer accepts `value` (as the quiz judges a learner's
+    answer: a tensor as its repr), and what it was."""
     if question.kind == "numeric":
         number = as_number(value)
         return quiz_answers.within(question, number), number
     shown = str(value)
-    return quiz_answers.normalise(shown) in {quiz_answers.normalise(a) for a in question.accept}, shown
+    return quiz_answers.judge_short(question, shown)[0], shown
 
 
 def verifier(question):
+    key = (question.notebook, question.id)
+    if key in VERIFIERS:
+        return VERIFIERS[key]
+    if key in HIDDEN_SNIPPETS:
+        return lambda: run_snippet(HIDDEN_SNIPPETS[key])
     if question.code:
         return lambda: run_snippet(question.code)
-    return VERIFIERS.get((question.notebook, question.id))
+    return None
 
 
 @pytest.mark.parametrize("question", TYPED, ids=[f"{q.notebook}/{q.id}" for q in TYPED])
@@ -281,13 +295,188 @@ def test_the_verification_can_fail():
     """A wrong accepted answer or a wrong number is caught."""
     numeric = next(q for q in TYPED if q.kind == "numeric" and verifier(q))
     short = next(q for q in TYPED if q.kind == "short" and verifier(q))
-    import dataclasses
     off = dataclasses.replace(numeric, answer=numeric.answer + 1 + abs(numeric.answer))
     assert not judge(off, verifier(numeric)())[0]
-    wrong = dataclasses.replace(short, accept=("something else",))
+    wrong = dataclasses.replace(short, accept=("something else",), value="")
     assert not judge(wrong, verifier(short)())[0]
     assert run_snippet("torch.ones(2) @ torch.ones(3)") == "RuntimeError"
     assert run_snippet("print(1)\nprint(2 + 2)") == "4" and run_snippet("x = 3\nx * 2") == 6
+
+
+def test_every_hidden_snippet_and_verifier_belongs_to_a_question():
+    known = {(q.notebook, q.id) for q in TYPED}
+    assert set(HIDDEN_SNIPPETS) <= known and set(VERIFIERS) <= known
+    assert not set(HIDDEN_SNIPPETS) & set(VERIFIERS)
+
+
+# --- a retrieve or concept-check snippet does not show its answer --------------------------------------------
+RECALLED_WITH_CODE = [q for q in QUESTIONS if q.section in ("retrieve", "concept_check") and q.code]
+
+
+def shown_by(code: str) -> list:
+    """Everything `code`, run as a notebook cell, shows: each line it prints, the value of a last bare
+    expression, the name of an exception it raises."""
+    tree = ast.parse(code)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    namespace = {"torch": torch, "F": F, "nn": nn, "math": math}
+    printed, shown = io.StringIO(), []
+    with contextlib.redirect_stdout(printed), torch.random.fork_rng(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            exec(compile(tree, "<quiz snippet>", "exec"), namespace)
+            if last is not None:
+                shown.append(eval(compile(ast.Expression(last.value), "<quiz snippet>", "eval"), namespace))
+        except Exception as err:  # noqa: BLE001 - an error is what such a snippet shows
+            shown.append(Raised(type(err).__name__))
+    return printed.getvalue().strip().splitlines() + [v for v in shown if v is not None]
+
+
+def stated_in_comments(code: str) -> list:
+    """The comments of `code` that state a value: a number (not a name's digits, as in float32) or '='."""
+    comments = [t.string for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type == tokenize.COMMENT]
+    return [c for c in comments if "=" in c or re.search(r"(?<![\w.])\d", c)]
+
+
+def gives_away(question) -> list:
+    """What in a question's snippet gives its answer away: what running it shows, that the quiz judges
+    right (for a choice, the right option's text), and comments that state values."""
+    found = []
+    for value in shown_by(question.code):
+        if question.kind == "choice":
+            right = str(value).strip() and str(value).strip() in question.right_choice.text
+        elif question.kind == "recall":
+            right = False  # no answer to judge; the comments are still checked
+        else:
+            try:
+                right = judge(question, value)[0]
+            except (quiz_answers.AnswerError, TypeError, ValueError, RuntimeError):
+                right = False
+        if right:
+            found.append(f"running it shows {value!s}")
+    return found + [f"the comment {c!r} states a value" for c in stated_in_comments(question.code)]
+
+
+@pytest.mark.parametrize("question", RECALLED_WITH_CODE, ids=[f"{q.notebook}/{q.id}" for q in RECALLED_WITH_CODE])
+def test_a_retrieve_or_concept_check_snippet_does_not_show_its_answer(question):
+    found = gives_away(question)
+    assert not found, (f"{question.notebook}/{question.id} ({question.section}): {'; '.join(found)}. Recall asks for "
+                       "reasoning: drop what prints the answer (keep the snippet in HIDDEN_SNIPPETS to verify it)")
+
+
+def test_the_snippet_check_catches_snippets_that_print_or_comment_their_answer():
+    """The old affine-hvp (its last line is the answer), why-unbroadcast-sums (prints it) and
+    per-loss-with-backward (its comment gives both derivatives) are caught; their snippets today are not."""
+    def as_it_was(notebook, question_id, code):
+        return dataclasses.replace(quiz_schema.find_question(notebook, question_id), code=code)
+    for notebook, question_id in (("08_higher_order", "affine-hvp"), ("03_vjp", "why-unbroadcast-sums")):
+        code = HIDDEN_SNIPPETS[(notebook, question_id)].replace(".tolist()", "")
+        assert any("running it shows" in f for f in gives_away(as_it_was(notebook, question_id, code)))
+    per_loss = HIDDEN_SNIPPETS[("04_toggles", "per-loss-with-backward")].replace(
+        "loss1, loss2 = h ** 2, 2 * h", "loss1, loss2 = h ** 2, 2 * h   # d loss1/dw = 18 w, d loss2/dw = 6"
+    ).replace("\nw.grad\n", "\n")
+    assert gives_away(as_it_was("04_toggles", "per-loss-with-backward", per_loss)) == [
+        "the comment '# d loss1/dw = 18 w, d loss2/dw = 6' states a value"]
+    assert stated_in_comments("x = 1  # float32, as in training") == []
+    assert RECALLED_WITH_CODE, "the parametrised test above checks nothing"
+
+
+# --- reasonable answers are accepted, near misses are not ---------------------------------------------------
+# (notebook, question, an answer a learner would type): each of these was refused once by too tight a
+# tolerance or too narrow an accept list.
+REASONABLE = [
+    ("05_loss_scaling", "smallest-fp16", "6e-8"), ("05_loss_scaling", "smallest-fp16", "2**-24"),
+    ("05_loss_scaling", "underflow-share", "0.33"), ("05_loss_scaling", "underflow-share", "1/3"),
+    ("03_vjp", "why-unbroadcast-sums", "[4., 4., 4.]"), ("03_vjp", "why-unbroadcast-sums", "tensor([4, 4, 4])"),
+    ("03_vjp", "straight-through-gradient", "[1, 2, 3]"), ("03_vjp", "stable-lse-at-1000", "1000.69"),
+    ("03_vjp", "stable-lse-at-1000", "1000 + log(2)"), ("03_vjp", "linear-jacobian-size", "3.4e10"),
+    ("03_vjp", "transpose-of-a-stack", "4, 3, 2"), ("03_vjp", "batched-matmul-gradient-shape", "[2, 3, 4, 5]"),
+    ("01_chain_rule", "softmax-jacobian-entry", "0.22"), ("01_chain_rule", "best-eps-float32", "0.008"),
+    ("01_chain_rule", "grad-shape-of-weight-matrix", "torch.Size([64, 128])"),
+    ("01_chain_rule", "two-step-softmax-float32", "tensor([nan, nan, nan])"),
+    ("02_micrograd", "tanh-from-output", "0.07"), ("02_micrograd", "tanh-from-output", "1 - 0.964**2"),
+    ("04_toggles", "data-versus-detach", "5.4"), ("04_toggles", "data-versus-detach", "2*exp(1)"),
+    ("04_toggles", "retained-second-backward", "tensor([4., 8.])"),
+    ("04_toggles", "inplace-on-doubled-tensor", "[2, 2]"),
+    ("06_checkpointing", "checkpoint-time-price", "1.3"), ("06_checkpointing", "practice-problem-five", "6e9"),
+    ("06_checkpointing", "hook-api", "saved_tensors_hooks()"),
+    ("06_checkpointing", "grad-mode-in-function-forward", "no"),
+    ("07_by_hand", "mixed-variance-width", "sqrt(4/3)"), ("07_by_hand", "batch-of-one-xhat", "0."),
+    ("07_by_hand", "matmul-weight-gradient", "torch.mm(X.T, dY)"), ("07_by_hand", "matmul-weight-gradient", "Xᵀ dY"),
+    ("08_higher_order", "plain-gradient-has-no-graph", "No."), ("08_higher_order", "grad-mode-in-backward", "yes"),
+    ("08_higher_order", "smooth-abs-curvature", "1/0.01"),
+]
+# ... and the near misses that must stay wrong.
+NEAR_MISSES = [
+    ("05_loss_scaling", "smallest-fp16", "2**-25"), ("05_loss_scaling", "smallest-fp16", "6.1e-5"),
+    ("05_loss_scaling", "underflow-share", "0.3"), ("05_loss_scaling", "underflow-share", "2/3"),
+    ("03_vjp", "why-unbroadcast-sums", "[1., 1., 1.]"), ("03_vjp", "why-unbroadcast-sums", "[4., 4., 4., 4.]"),
+    ("03_vjp", "stable-lse-at-1000", "1000"), ("03_vjp", "linear-jacobian-size", "64*1024*512"),
+    ("03_vjp", "transpose-of-a-stack", "(2, 4, 3)"), ("01_chain_rule", "softmax-jacobian-entry", "1/3"),
+    ("01_chain_rule", "softmax-jacobian-entry", "1/9"), ("01_chain_rule", "grad-shape-of-weight-matrix", "(128, 64)"),
+    ("04_toggles", "data-versus-detach", "exp(1)"), ("04_toggles", "retained-second-backward", "[2., 4.]"),
+    ("04_toggles", "retained-second-backward", "RuntimeError"), ("04_toggles", "inplace-on-doubled-tensor", "[3, 3]"),
+    ("06_checkpointing", "checkpoint-time-price", "2"), ("06_checkpointing", "practice-problem-five", "3.02e9"),
+    ("06_checkpointing", "grad-mode-in-function-forward", "yes"), ("07_by_hand", "matmul-weight-gradient", "dY.T @ X"),
+    ("07_by_hand", "mixed-variance-width", "sqrt(3/4)"), ("08_higher_order", "plain-gradient-has-no-graph", "True"),
+]
+
+
+def typed_right(notebook, question_id, typed) -> bool:
+    question = quiz_schema.find_question(notebook, question_id)
+    if question.kind == "numeric":
+        return quiz_answers.within(question, quiz_answers.read_number(typed, question.unit))
+    return quiz_answers.judge_short(question, typed)[0]
+
+
+@pytest.mark.parametrize("notebook, question_id, typed", REASONABLE)
+def test_a_reasonable_answer_is_accepted(notebook, question_id, typed):
+    assert typed_right(notebook, question_id, typed), f"{notebook}/{question_id} refuses {typed!r}"
+
+
+@pytest.mark.parametrize("notebook, question_id, typed", NEAR_MISSES)
+def test_a_near_miss_is_still_wrong(notebook, question_id, typed):
+    assert not typed_right(notebook, question_id, typed), f"{notebook}/{question_id} accepts {typed!r}"
+
+
+APPROXIMATELY = re.compile(r"(?:≈|about|roughly)\s*(-?\d[\d,]*\.?\d*(?:e-?\d+)?)")
+
+
+def approximations(question) -> list:
+    """The numbers that the question's own text writes after ≈, about or roughly, within 10% of its
+    answer: the course's own rounding of the answer."""
+    found = []
+    for text in APPROXIMATELY.findall(f"{question.prompt} {question.why}"):
+        value = float(text.replace(",", ""))
+        if abs(value - question.answer) <= 0.1 * abs(question.answer):
+            found.append(text)
+    return found
+
+
+NUMERIC = [q for q in QUESTIONS if q.kind == "numeric"]
+
+
+@pytest.mark.parametrize("question", NUMERIC, ids=[f"{q.notebook}/{q.id}" for q in NUMERIC])
+def test_the_courses_own_rounding_of_an_answer_is_accepted(question):
+    """"2**-24 ≈ 6e-8" in the feedback and 6e-8 refused: the tolerance must accept what the text writes."""
+    refused = [text for text in approximations(question)
+               if not quiz_answers.within(question, float(text.replace(",", "")))]
+    assert not refused, f"{question.notebook}/{question.id}: its text writes ≈ {refused}, its tolerance refuses them"
+
+
+def test_the_rounding_check_finds_the_old_slip():
+    old = dataclasses.replace(quiz_schema.find_question("05_loss_scaling", "smallest-fp16"),
+                              tolerance=(("rel", 0.001),))
+    assert approximations(old) == ["6e-8"] and not quiz_answers.within(old, 6e-8)
+    assert sum(bool(approximations(q)) for q in NUMERIC) >= 5  # the check has numbers to check
+
+
+def test_the_float32_figure_of_master_weights_is_what_float32_gives():
+    w = torch.tensor(1.0, dtype=torch.float32)
+    for _ in range(1000):
+        w = w - 1e-3
+    figure = f"{w.item():.1e}".replace("e-0", "e-")
+    assert figure == "9.3e-6"
+    assert f"the weight ends at {figure}" in quiz_schema.find_question("05_loss_scaling", "master-weights").why
 
 
 # --- verifiers of the questions without a snippet ----------------------------------------------------------
@@ -732,18 +921,18 @@ def batchnorm_dx_column_sums():
 
 
 def matmul_weight_gradient():
-    """dL/dW for Y = X @ W, against autograd; every accepted spelling that is Python is run too."""
-    gen = torch.Generator().manual_seed(4)
-    X, dY = torch.randn(5, 3, generator=gen, dtype=torch.float64), torch.randn(5, 4, generator=gen, dtype=torch.float64)
-    W = torch.randn(3, 4, generator=gen, dtype=torch.float64, requires_grad=True)
-    (X @ W).backward(dY)
-    accepted = quiz_schema.find_question("07_by_hand", "matmul-weight-gradient").accept
-    for text in accepted:
-        if "^" not in text:  # the maths spellings (X^T dY) are not Python
-            torch.testing.assert_close(eval(text, {"X": X, "dY": dY, "torch": torch}), W.grad)
-    answer = "X.T @ dY"
-    torch.testing.assert_close(eval(answer, {"X": X, "dY": dY}), W.grad)
-    return answer
+    """dL/dW for Y = X @ W: the question's value against autograd, on each draw of its tensors; every
+    accepted spelling is maths notation, not Python (Python is judged by its value)."""
+    question = quiz_schema.find_question("07_by_hand", "matmul-weight-gradient")
+    for tensors in quiz_answers.draws(question):
+        X, dY = tensors["X"], tensors["dY"]
+        W = torch.randn(X.shape[1], dY.shape[1], dtype=torch.float64, requires_grad=True)
+        (X @ W).backward(dY)
+        torch.testing.assert_close(quiz_answers.evaluate_code(question.value, tensors), W.grad)
+    for text in question.accept:
+        with pytest.raises(quiz_answers.AnswerError):
+            quiz_answers.parse_code(text, {"X", "dY", "torch"})
+    return "torch.mm(X.T, dY)"  # judged by its value, as a learner's answer is
 
 
 def running_mean_after_one_batch():
@@ -779,6 +968,26 @@ def normalised_batch_of_one():
     return f"{xhat.abs().max().item():g}"
 
 
+def function_probe_grad_mode():
+    """torch.is_grad_enabled() inside a custom Function's backward, run with create_graph=True."""
+    seen = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t * 2
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            seen.append(torch.is_grad_enabled())
+            return grad_out * 2
+
+    t = torch.ones(2, requires_grad=True)
+    torch.autograd.grad(Probe.apply(t).sum(), t, create_graph=True)
+    assert len(seen) == 1
+    return str(seen[0])
+
+
 def flag_that_records_backward():
     x = torch.tensor(1.5, requires_grad=True)
     plain = torch.autograd.grad(x ** 3, x)[0]
@@ -788,7 +997,138 @@ def flag_that_records_backward():
     return "create_graph=True"
 
 
+# The snippets these questions showed before they asked for reasoning instead (run, they printed the
+# answer), and the counting a snippet now leaves to the learner: run here to verify the answer.
+HIDDEN_SNIPPETS = {
+    ("01_chain_rule", "dead-relu-weights"): """
+features = torch.randn(256, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+b = torch.tensor(-20.0, dtype=torch.float64, requires_grad=True)
+assert ((features @ w + b) == -20).all()
+loss = ((torch.relu(features @ w + b) - 1.0) ** 2).mean()
+loss.backward()
+b.grad
+""",
+    ("01_chain_rule", "two-step-softmax-float32"): """
+z = torch.tensor([60.0, 0.0, -60.0], requires_grad=True)
+loss = -torch.log(torch.softmax(z, dim=0))[2]
+loss.backward()
+z.grad.tolist()
+""",
+    ("02_micrograd", "second-backward-same-graph"): """
+x = torch.tensor(2.0, requires_grad=True)
+y = x * x
+y.backward()
+y.backward()
+""",
+    ("02_micrograd", "relu-at-kink"): """
+x = torch.tensor(0.0, requires_grad=True)
+torch.relu(x).backward()
+x.grad
+""",
+    ("03_vjp", "empty-dim-sum"): """
+g = torch.ones(2, 3)
+extra = 0
+g.sum(dim=tuple(range(extra))).numel()
+""",
+    ("03_vjp", "why-unbroadcast-sums"): """
+b = torch.zeros(3, requires_grad=True)
+c = torch.zeros(4, 1, requires_grad=True)
+(b + c).backward(torch.ones(4, 3))
+b.grad.tolist()
+""",
+    ("04_toggles", "next-functions-none"): """
+x = torch.randn(4, 3)
+W = torch.randn(2, 3, requires_grad=True)
+z = x @ W.T
+print(z.grad_fn.next_functions[0][0])
+""",
+    ("04_toggles", "retained-second-backward"): """
+leaf = torch.tensor([1.0, 2.0], requires_grad=True)
+loss = (leaf ** 2).sum()
+loss.backward(retain_graph=True)
+loss.backward()
+leaf.grad.tolist()
+""",
+    ("04_toggles", "data-versus-detach"): """
+v = torch.tensor([1.0, 2.0], requires_grad=True)
+e = v.exp()
+e.data.mul_(2)
+e.sum().backward()
+v.grad[0]
+""",
+    ("04_toggles", "inplace-on-exp"): """
+x = torch.tensor([1.0, 2.0], requires_grad=True)
+e = x.exp()
+e += 1
+e.sum().backward()
+""",
+    ("04_toggles", "per-loss-with-backward"): """
+w = torch.tensor(1.0, requires_grad=True)
+h = 3 * w
+loss1, loss2 = h ** 2, 2 * h
+loss1.backward(retain_graph=True)
+loss2.backward()
+w.grad
+""",
+    ("05_loss_scaling", "fp16-one-plus-small"): """
+one = torch.tensor(1.0, dtype=torch.float16) + 1e-4
+assert one.dtype == torch.float16
+one
+""",
+    ("05_loss_scaling", "divide-in-fp16"): """
+torch.tensor(2.0 ** -10, dtype=torch.float16) / 2.0 ** 16
+""",
+    ("05_loss_scaling", "master-weights"): """
+w = torch.tensor(1.0, dtype=torch.bfloat16)
+for _ in range(1000):
+    w = w - 1e-3
+assert w.dtype == torch.bfloat16
+w
+""",
+    ("08_higher_order", "affine-hvp"): """
+f = lambda x: 3 * x.sum() + 1
+H = torch.autograd.functional.hessian(f, torch.zeros(4))
+(H @ torch.ones(4)).abs().max()
+""",
+    ("08_higher_order", "smooth-abs-curvature"): """
+x = torch.zeros((), dtype=torch.float64, requires_grad=True)
+(g,) = torch.autograd.grad(torch.sqrt(x * x + 0.01 ** 2), x, create_graph=True)
+(h,) = torch.autograd.grad(g, x)
+h
+""",
+    ("08_higher_order", "vmap-forward-calls"): """
+from torch.func import functional_call, grad, vmap
+calls = []
+layer = nn.Linear(3, 1)
+
+def loss_of_one(params, x_i):
+    calls.append(1)
+    return functional_call(layer, params, (x_i,)).sum()
+
+params = {name: p.detach() for name, p in layer.named_parameters()}
+per_example = vmap(grad(loss_of_one), in_dims=(None, 0))(params, torch.randn(32, 3))
+assert per_example["weight"].shape == (32, 1, 3)
+len(calls)
+""",
+    ("08_higher_order", "loop-graph-multiplications"): """
+w = torch.tensor(0.0, requires_grad=True)
+h, s = torch.full((4,), 8.0), torch.sigmoid(w)
+while h.norm() > 1:
+    h = h * s
+stack, seen, muls = [h.grad_fn], set(), 0
+while stack:
+    node = stack.pop()
+    if node is not None and node not in seen:
+        seen.add(node)
+        muls += type(node).__name__ == "MulBackward0"
+        stack.extend(child for child, _ in node.next_functions)
+muls
+""",
+}
+
 VERIFIERS = {
+    ("08_higher_order", "grad-mode-in-backward"): function_probe_grad_mode,
     ("08_higher_order", "create-graph-flag"): flag_that_records_backward,
     ("07_by_hand", "first-loss-is-log-vocab"): first_loss_of_a_near_uniform_classifier,
     ("07_by_hand", "bias-before-batchnorm"): bias_before_batchnorm_gradient,
