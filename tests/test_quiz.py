@@ -134,6 +134,19 @@ def test_anything_else_is_refused_with_a_reason(typed, message):
         quiz_answers.read_number(typed)
 
 
+def test_reading_an_answer_prints_no_warning():
+    """'1if 1else 2' makes Python's parser warn (invalid decimal literal) as it parses: a learner would see it."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for typed in ("1if 1else 2", "0in X", "1or 2"):
+            with pytest.raises(quiz_answers.AnswerError, match="only"):
+                quiz_answers.read_number(typed)
+            with pytest.raises(quiz_answers.AnswerError, match="only"):
+                quiz_answers.judge_short(code_question(), typed)
+    assert [str(w.message) for w in caught] == []
+
+
 def test_short_answers_are_normalised():
     assert quiz_answers.normalise(" `torch.Size([3, 4])` ") == "torch.size([3,4])"
     assert quiz_answers.normalise("'RuntimeError'") == quiz_answers.normalise('"runtimeerror"') == "runtimeerror"

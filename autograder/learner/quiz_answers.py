@@ -86,6 +86,13 @@ def _evaluate(node):
     raise AnswerError(f"use {_NUMERIC_PARTS} only")
 
 
+def _parse(text: str) -> ast.Expression:
+    """ast.parse of an expression, quietly: '1x' would otherwise print a SyntaxWarning before its SyntaxError."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(text, mode="eval")
+
+
 def _without_unit(text, unit):
     typed = str(text).strip()
     if unit and typed.lower().endswith(unit.lower()):
@@ -101,7 +108,7 @@ def read_number(text: str, unit: str = "") -> float:
     if len(typed) > MAX_EXPRESSION_CHARS:
         raise AnswerError(f"an answer is at most {MAX_EXPRESSION_CHARS} characters")
     try:
-        value = _evaluate(ast.parse(typed, mode="eval"))
+        value = _evaluate(_parse(typed))
     except SyntaxError:
         raise AnswerError(f"could not read {typed!r} as a number or an arithmetic expression") from None
     except ZeroDivisionError:
@@ -152,7 +159,7 @@ def parse_code(text: str, names) -> ast.Expression:
     if len(typed) > MAX_EXPRESSION_CHARS:
         raise AnswerError(f"an answer is at most {MAX_EXPRESSION_CHARS} characters")
     try:
-        tree = ast.parse(typed, mode="eval")
+        tree = _parse(typed)
     except SyntaxError:
         raise AnswerError(f"could not read {typed!r} as a Python expression") from None
     for node in ast.walk(tree):
