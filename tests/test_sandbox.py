@@ -462,3 +462,40 @@ def test_a_kernels_processes_are_bounded_by_its_control_group():
         assert int(count) < 5 and "Resource temporarily unavailable" in done.stdout, done.stdout + done.stderr
     finally:
         assert group.remove() >= 1  # the sleeps it started are killed with the group
+
+
+def test_no_new_namespaces_mounts_keyrings_or_ptrace_inside_and_the_rest_works():
+    """Run as root, a kernel once made user, mount and network namespaces in its sandbox, took every
+    capability in them and mounted a 12 GB tmpfs. The seccomp filter refuses those calls (EPERM)."""
+    probe = (
+        "import ctypes, errno, json, os, subprocess, threading\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "def err(result):\n"
+        "    return errno.errorcode.get(ctypes.get_errno(), '?') if result == -1 else 'allowed'\n"
+        "said = {'unshare(NEWUSER)': err(libc.unshare(0x10000000)), 'unshare(NEWNS)': err(libc.unshare(0x00020000)),\n"
+        "        'mount': err(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)),\n"
+        "        'keyctl': err(libc.syscall(250, 0, 0, 0, 0, 0)) if os.uname().machine == 'x86_64' else 'EPERM',\n"
+        "        'ptrace': err(libc.ptrace(16, os.getppid(), None, None)),\n"
+        "        'unshare -U': subprocess.run(['unshare', '-U', 'true'], capture_output=True).returncode != 0}\n"
+        "box = []\n"
+        "t = threading.Thread(target=lambda: box.append(1)); t.start(); t.join()\n"
+        "said['thread'] = box == [1]\n"
+        "said['subprocess'] = subprocess.run(['true']).returncode == 0\n"
+        "print(json.dumps(said))")
+    nb = notebook(probe)
+    run_notebook(nb, Limits(cell_seconds=60))
+    said = report(nb.cells[0])
+    assert said == {"unshare(NEWUSER)": "EPERM", "unshare(NEWNS)": "EPERM", "mount": "EPERM", "keyctl": "EPERM",
+                    "ptrace": "EPERM", "unshare -U": True, "thread": True, "subprocess": True}, said
+
+
+def test_the_filter_is_compiled_for_this_machine(tmp_path):
+    from autograder.grader import seccomp
+    assert seccomp.compile_filter(tmp_path / "f.bpf") and (tmp_path / "f.bpf").stat().st_size > 100
+    with pytest.raises(FileExistsError):  # never written through a file someone prepared
+        seccomp.compile_filter(tmp_path / "f.bpf")
+
+
+def test_each_process_of_a_sandbox_has_a_cpu_time_limit(tmp_path):
+    plan = bubblewrap.Plan(workdir=str(tmp_path), exchange=str(tmp_path), env={}, cpu_seconds=960)
+    assert "--cpu=960" in bubblewrap.limits(plan)

@@ -18,7 +18,9 @@ and mounts, and we drive it with its documented options only. What the kernel ge
 - **a user that is not the grader**: where the grader is root, a fresh uid with no groups and no
   capabilities (`setpriv`, after bubblewrap has built the mounts); otherwise a user namespace
   (`--unshare-user`), where the kernel runs as the grader's own user but sees only the above;
-- **an allow-listed environment** (`--clearenv`, then `--setenv` for each variable).
+- **an allow-listed environment** (`--clearenv`, then `--setenv` for each variable);
+- **no new namespaces, mounts, keyrings, bpf or ptrace**: a seccomp filter (`--seccomp`, compiled by
+  `autograder.grader.seccomp`), and a CPU-time limit per process (`prlimit --cpu`).
 On a machine with NVIDIA GPUs the device nodes are bound so that CUDA works inside.
 """
 import dataclasses
@@ -30,6 +32,8 @@ import site
 import subprocess
 import sys
 
+from autograder.grader import seccomp
+
 # Files of /etc that programs need to start (the dynamic loader, time zone, fonts for plots and
 # graph drawings, alternatives behind /usr/bin links); passwd and group are written per sandbox.
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "fonts", "alternatives", "mime.types")
@@ -37,6 +41,7 @@ TOP_LEVEL_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # usually 
 NVIDIA = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps")
 SANDBOX_USER = "student"
 UNPRIVILEGED_UID = 1000  # the kernel's uid inside a user namespace (the grader's own outside)
+SECCOMP_FD = 9  # the descriptor bwrap reads the seccomp filter from
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +62,8 @@ class Plan:
     data_mb: int = 8192
     readable: tuple = ()
     hidden: tuple = ()
+    seccomp: str | None = None  # a BPF program file (autograder.grader.seccomp) the sandbox runs under
+    cpu_seconds: int | None = None  # CPU time of each process of the sandbox (RLIMIT_CPU)
 
 
 def bwrap() -> str | None:
@@ -213,7 +220,8 @@ def limits(plan: Plan) -> list:
     if plan.uid is None:  # the limit counts all of this user's processes: allow for those running now
         processes += _processes_of(os.getuid())
     data = [] if nvidia_devices() else [f"--data={plan.data_mb * 2**20}"]  # CUDA's mappings: unverified, left out
-    return ["prlimit", f"--nproc={processes}", f"--fsize={plan.file_mb * 2**20}", *data, "--core=0", "--"]
+    cpu = [f"--cpu={plan.cpu_seconds}"] if plan.cpu_seconds else []
+    return ["prlimit", f"--nproc={processes}", f"--fsize={plan.file_mb * 2**20}", *data, *cpu, "--core=0", "--"]
 
 
 def _processes_of(uid) -> int:
@@ -242,10 +250,15 @@ def command(plan: Plan, kernel_cmd: list, plain_keys=False) -> list:
     args += ["--chdir", plan.workdir, "--clearenv"]
     for name, value in {**plan.env, "PYTHONPATH": package_search_path()}.items():
         args += ["--setenv", name, value]
+    if plan.seccomp:
+        args += ["--seccomp", str(SECCOMP_FD)]
     if plan.uid is not None:
         args += ["--", "setpriv", f"--reuid={plan.uid}", f"--regid={plan.uid}", "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
-    return [*args, "--", *kernel_cmd]
+    args = [*args, "--", *kernel_cmd]
+    if plan.seccomp:  # bwrap reads the filter from an open descriptor: a shell opens the file for it
+        args = ["/bin/sh", "-c", f'f=$1; shift; exec "$@" {SECCOMP_FD}<"$f"', "sh", plan.seccomp, *args]
+    return args
 
 
 def user_files(uid) -> dict:
@@ -267,6 +280,9 @@ def problem() -> str | None:
     for tool in ("prlimit", "setpriv"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (util-linux): install it with your package manager"
+    if not seccomp.available():
+        return ("libseccomp cannot be loaded: install it (`apt-get install libseccomp2`, `dnf install libseccomp`); "
+                "the sandbox's system-call filter is compiled with it")
     return _trial()
 
 
@@ -277,8 +293,10 @@ def _trial() -> str | None:
             tempfile.TemporaryDirectory(prefix="course-work-trial-") as workdir:
         for name, text in user_files(None).items():
             pathlib.Path(exchange, name).write_text(text)
+        filter_path = str(pathlib.Path(workdir, "seccomp.bpf"))
+        seccomp.compile_filter(filter_path)
         plan = Plan(workdir=workdir, exchange=exchange, env={"PATH": "/usr/bin:/bin"},
-                    uid=65534 if os.geteuid() == 0 else None)
+                    uid=65534 if os.geteuid() == 0 else None, seccomp=filter_path)
         probe = [sys.executable, "-c", "import autograder.checks"]
         try:
             done = subprocess.run(command(plan, probe), cwd=exchange, capture_output=True, text=True, timeout=120)

@@ -26,7 +26,7 @@ import psutil
 import zmq
 from jupyter_client.manager import AsyncKernelManager
 
-from autograder.grader import bubblewrap
+from autograder.grader import bubblewrap, seccomp
 from autograder.grader.cgroup import Cgroup
 
 # Top-level entries of a course directory that a kernel must never reach (none is on the sandbox's
@@ -184,11 +184,14 @@ class Sandbox:
         self.namespace = None
         for name, text in bubblewrap.user_files(self.uid).items():
             self.exchange.new_file("", text.encode(), name=name)
+        filter_path = self.exchange.folder / "seccomp.bpf"  # the grader's: the kernel cannot read it
         self.plan = bubblewrap.Plan(
             workdir=self.workdir, exchange=str(self.exchange.folder), env=self.env, uid=self.uid,
             scratch_mb=limits.scratch_mb, processes=limits.processes, file_mb=limits.file_mb,
             data_mb=2 * limits.memory_mb, readable=(str(answer_key),) if answer_key else (),
-            hidden=tuple(map(str, hidden)))
+            hidden=tuple(map(str, hidden)),
+            seccomp=str(filter_path) if sandboxed and seccomp.compile_filter(filter_path) else None,
+            cpu_seconds=int(limits.submission_seconds * max(1, limits.threads)) + 60 if sandboxed else None)
 
     def command(self, kernel_cmd) -> list:
         if not self.sandboxed:
