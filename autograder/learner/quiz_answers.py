@@ -172,8 +172,8 @@ def parse_code(text: str, names) -> ast.Expression:
             raise AnswerError(f"{typed!r}: no attributes that start with _")
         if isinstance(node, ast.keyword) and node.arg is None:
             raise AnswerError(f"{typed!r}: no ** in a call")
-        if isinstance(node, ast.Constant) and isinstance(node.value, bytes):
-            raise AnswerError(f"{typed!r}: no bytes")
+        if isinstance(node, ast.Constant) and isinstance(node.value, (bytes, complex)):
+            raise AnswerError(f"{typed!r}: no bytes and no complex numbers")
     return tree
 
 
@@ -254,11 +254,13 @@ def draws(question: Question) -> list:
 
 
 def _as_tensor(value):
-    if isinstance(value, torch.Tensor):
-        return value.detach()
+    """A dense float64 tensor on the CPU holding `value` (a tensor, number, nested list or tuple, torch.Size),
+    or None."""
     try:
-        return torch.as_tensor(value, dtype=torch.float64)  # numbers, nested lists and tuples, torch.Size
-    except (TypeError, ValueError, RuntimeError):
+        if isinstance(value, torch.Tensor):
+            return value.detach().to_dense().to("cpu", torch.float64)
+        return torch.as_tensor(value, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError, NotImplementedError):
         return None
 
 
@@ -279,11 +281,11 @@ def judge_value(question: Question, typed: str) -> tuple:
             return False, f"{where}`{typed.strip()}` raises {type(err).__name__}: {message}"
         got = _as_tensor(value)
         if got is None:
-            return False, f"{where}`{typed.strip()}` gives a {type(value).__name__}, not a value"
+            return False, f"{where}`{typed.strip()}` gives a {type(value).__name__}, not a value to compare"
         if got.shape != want.shape:
             return False, (f"{where}`{typed.strip()}` has shape {tuple(got.shape)}; "
                            f"the answer has shape {tuple(want.shape)}")
-        if not torch.allclose(got.to(torch.float64), want.to(torch.float64), rtol=1e-5, atol=1e-8, equal_nan=True):
+        if not torch.allclose(got, want, rtol=1e-5, atol=1e-8, equal_nan=True):
             return False, f"{where}`{typed.strip()}` has the right shape but other values"
     return True, ""
 
