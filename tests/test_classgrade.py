@@ -198,6 +198,61 @@ INTRUDERS = {
         "        if len(marked) != 2:\n"
         "            raise RuntimeError(f'{len(marked)} of 2 processes started')\n"
         "    return (x > 0).to(x.dtype)", 12, None),
+    # A sparse tensor whose index is -1: torch.load(weights_only=True) built it, and the first check
+    # that touched it ended the worker with "double free or corruption".
+    "returns_a_malformed_sparse_tensor": (
+        "import torch\n"
+        "def relu_grad(x):\n"
+        "    n = x.numel()\n"
+        "    return torch.sparse_coo_tensor([list(range(n - 1)) + [-1]], torch.ones(n, dtype=x.dtype), (n,),\n"
+        "                                   check_invariants=False)", 11, "only dense tensors"),
+    # The exchange folder once lived on the host's /tmp with no quota: 2,000 MB in 9 s.
+    "floods_the_exchange_folder": (
+        "import os, sys\n"
+        "def relu_grad(x):\n"
+        "    folder = os.path.join(os.path.dirname(sys.argv[sys.argv.index('-f') + 1]), 'ipc')\n"
+        "    written = 0\n"
+        "    try:\n"
+        "        with open(os.path.join(folder, '{token}-flood'), 'wb') as f:\n"
+        "            for _ in range(2000):\n"
+        "                f.write(bytes(2**20))\n"
+        "                f.flush()\n"
+        "                written += 1\n"
+        "    except OSError as err:\n"
+        "        raise OSError(f'exchange: full after {written} MB ({err.strerror})')\n"
+        "    raise OSError(f'exchange: {written} MB, never full')", 11, r"exchange: full after \d{1,2} MB"),
+    # Pages of memfd files are in no resident set: 2 GB held under a 1.5 GB limit once scored 12/12.
+    "hoards_memfd": (
+        "import os\n"
+        "held = []\n"
+        "def relu_grad(x):\n"
+        "    for i in range(40):\n"
+        "        fd = os.memfd_create(f'm{i}')\n"
+        "        os.write(fd, bytes(64 * 2**20))\n"
+        "        held.append(fd)\n"
+        "    return (x > 0).to(x.dtype)", 11, "used more than 1500 MB of memory"),
+    # As root, a kernel made user, mount and network namespaces and mounted a tmpfs of its own.
+    "makes_namespaces_and_mounts": (
+        "import ctypes, errno, subprocess\n"
+        "def relu_grad(x):\n"
+        "    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    said = [errno.errorcode.get(ctypes.get_errno(), '?') if libc.unshare(flag) else 'made'\n"
+        "            for flag in (0x10000000, 0x00020000, 0x40000000)]\n"
+        "    said.append('mounted' if libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) == 0 else\n"
+        "                errno.errorcode.get(ctypes.get_errno(), '?'))\n"
+        "    raise PermissionError(f'namespaces and mount: {said}')", 11,
+        re.escape("namespaces and mount: ['EPERM', 'EPERM', 'EPERM', 'EPERM']")),
+    # A kernel cannot be stopped from patching the checks in its own process (here the guard that
+    # refuses autograd): the score stands, and the line is flagged for the instructor (flags.csv).
+    "switches_off_the_autograd_guard": (
+        "import contextlib, torch\n"
+        "import autograder.checks.student_calls as _sc\n"
+        "_sc._autograd_forbidden = lambda e: contextlib.nullcontext()\n"
+        "def relu_grad(x):\n"
+        "    leaf = x.detach().clone().requires_grad_()\n"
+        "    with torch.enable_grad():\n"
+        "        torch.relu(leaf).sum().backward()\n"
+        "    return leaf.grad", 12, None),
 }
 ISOLATED = isolation.available()  # bubblewrap starts here (as root, or in a user namespace)
 NO_SANDBOX = f"kernels cannot be sandboxed here, and grading stops without a sandbox: {isolation.problem()}"
@@ -948,4 +1003,5 @@ def test_lines_that_reach_for_the_grader_are_listed_for_the_instructor(graded):
     assert "the grading package's internals" in flagged["patches_the_checks"]
     assert "the grading package's internals" in flagged["copies_from_the_install_checkout"]
     assert "builtins" in flagged["patches_builtins"] and "an answer key" in flagged["copies_the_solution"]
+    assert "the grading package's internals" in flagged["switches_off_the_autograd_guard"]
     assert "perfect" not in flagged and "blank" not in flagged

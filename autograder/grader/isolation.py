@@ -39,6 +39,7 @@ HOME = f"/home/{bubblewrap.SANDBOX_USER}"  # the kernel's working folder, inside
 # write (checks.boundary.Bounds.file_bytes, 256 MiB) and its sockets; a kernel once wrote 2,000 MB to an
 # uncapped folder on the host's /tmp in 9 s.
 EXCHANGE_MB = 272
+IPC_MB = 16  # the kernel's own part of it (its sockets): a flood there cannot fill the grader's part
 # The grader's variables a kernel may see (everything else, tokens and passwords included, stays out).
 PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "COURSE_DEVICE", "COURSE_PLAIN_QUIZ", "CUDA_VISIBLE_DEVICES",
                   "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
@@ -124,6 +125,8 @@ class Exchange:
         self.folder.chmod(0o711 if uid is not None else 0o700)
         self.sockets = self.folder / "ipc"
         self.sockets.mkdir(mode=0o700)
+        if self.capped:
+            mount_tmpfs(self.sockets, IPC_MB)
         if uid is not None:
             os.chown(self.sockets, uid, uid)
 
