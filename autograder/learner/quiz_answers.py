@@ -147,8 +147,8 @@ _CODE_CONSTANTS = {"torch": torch, "tensor": torch.tensor, "nan": math.nan, "inf
 
 
 def code_names(question: Question) -> str:
-    """The names a code answer may use: 'X, dY, torch'."""
-    return ", ".join([name for name, _ in question.variables] + ["torch"])
+    """The names a code answer may use: 'X, dY and torch'."""
+    return ", ".join(name for name, _ in question.variables) + " and torch"
 
 
 def parse_code(text: str, names) -> ast.Expression:
@@ -283,8 +283,7 @@ def judge_value(question: Question, typed: str) -> tuple:
         if got is None:
             return False, f"{where}`{typed.strip()}` gives a {type(value).__name__}, not a value to compare"
         if got.shape != want.shape:
-            return False, (f"{where}`{typed.strip()}` has shape {tuple(got.shape)}; "
-                           f"the answer has shape {tuple(want.shape)}")
+            return False, f"{where}`{typed.strip()}` has shape {tuple(got.shape)}, not {tuple(want.shape)}"
         if not torch.allclose(got, want, rtol=1e-5, atol=1e-8, equal_nan=True):
             return False, f"{where}`{typed.strip()}` has the right shape but other values"
     return True, ""
