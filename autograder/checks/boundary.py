@@ -45,6 +45,11 @@ class TooLarge(GradingError):
     """An answer from the kernel is over a bound (`Bounds`): it is refused before anything copies it."""
 
 
+class NotPlain(TooLarge):
+    """An answer from the kernel that is not plain data (a sparse, quantized, nested or meta tensor, a
+    view outside its storage): refused before any torch operation touches it."""
+
+
 def _storage(tensor):
     """The memory behind a tensor (None for meta and sparse tensors, which have none of their own)."""
     if tensor.device.type == "meta" or tensor.layout != torch.strided:
@@ -57,16 +62,17 @@ def check_plain_tensor(t) -> None:
     or CUDA (the grading device), quantized, nested, of a subclass, or a view that reaches outside its
     storage. Only metadata is read: nothing touches the data of a tensor before it passes."""
     if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
-        raise TooLarge(f"a tensor of the subclass {capped(type(t).__qualname__, 80)}: only plain tensors may come back")
+        raise NotPlain(f"a tensor of the subclass {capped(type(t).__qualname__, 80)}: only plain tensors may come back")
     if t.layout != torch.strided or t.is_nested or t.is_quantized or t.device.type not in ("cpu", "cuda"):
-        raise TooLarge(f"a tensor with layout {t.layout} on {t.device.type}: only dense tensors may come back")
+        raise NotPlain(f"a tensor with layout {t.layout} on device {t.device.type}: only dense tensors on the CPU or "
+                       "the GPU may come back")
     if t.numel() == 0:
         return
     if t.storage_offset() < 0 or any(stride < 0 for stride in t.stride()):
-        raise TooLarge("a tensor view with a negative offset or stride")
+        raise NotPlain("a tensor view with a negative offset or stride")
     last = t.storage_offset() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
     if (last + 1) * t.element_size() > t.untyped_storage().nbytes():
-        raise TooLarge("a tensor view that reaches past the end of its storage")
+        raise NotPlain("a tensor view that reaches past the end of its storage")
 
 
 def check_bounds(value, bounds=BOUNDS) -> None:

@@ -113,6 +113,12 @@ def state_holders(fn, args) -> list:
 ALLOWED_GLOBALS = {"torch._utils _rebuild_tensor_v2", "collections OrderedDict", "builtins complex"} | {
     f"torch {kind}Storage" for kind in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char",
                                         "Byte", "Bool", "ComplexFloat", "ComplexDouble")}
+# What the refused rebuilds make, as a message names them.
+REFUSED_REBUILDS = {"_rebuild_sparse_tensor": "a sparse tensor", "_rebuild_meta_tensor_no_storage":
+                    "a tensor on the meta device (no data)", "_rebuild_qtensor": "a quantized tensor",
+                    "_rebuild_nested_tensor": "a nested tensor", "_rebuild_parameter": "an nn.Parameter (detach it)",
+                    "_rebuild_tensor_v3": "a tensor of an unusual dtype", "_rebuild_wrapper_subclass":
+                    "a tensor subclass", "_rebuild_device_tensor_from_numpy": "a tensor of another device"}
 # Opcodes that build objects some other way than a call of an allowed global.
 REFUSED_OPCODES = {"STACK_GLOBAL", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "EXT1", "EXT2", "EXT4", "BUILD",
                    "PERSID"}
@@ -123,14 +129,14 @@ def check_pickle(structure: bytes) -> None:
     try:
         for op, arg, _pos in pickletools.genops(structure):
             if op.name in REFUSED_OPCODES:
-                raise boundary.TooLarge(f"the answer's structure uses the pickle opcode {op.name}: only plain "
+                raise boundary.NotPlain(f"the answer's structure uses the pickle opcode {op.name}: only plain "
                                         "data may come back")
             if op.name == "GLOBAL" and arg not in ALLOWED_GLOBALS:
-                raise boundary.TooLarge(f"the answer holds {capped(arg, 80)}: only dense tensors of the usual "
-                                        "dtypes, numbers, strings and containers may come back (no sparse, "
-                                        "quantized, nested or meta tensors)")
+                what = REFUSED_REBUILDS.get(str(arg).rsplit(" ", 1)[-1], capped(arg, 80))
+                raise boundary.NotPlain(f"the answer holds {what}: only dense tensors of the usual dtypes on the "
+                                        "CPU or the GPU, numbers, strings and containers may come back")
     except (ValueError, EOFError) as err:
-        raise boundary.TooLarge(f"the answer's structure is not a readable pickle ({err})") from None
+        raise boundary.NotPlain(f"the answer's structure is not a readable pickle ({err})") from None
 
 
 def read_answer(path, bounds=boundary.BOUNDS):
@@ -199,6 +205,8 @@ class Remote:
         try:
             self.ask(request, response)
             payload = read_answer(response)
+        except boundary.NotPlain as err:
+            raise GradingError(f"{exercise}: what your notebook returned is not plain data: {err}") from None
         except boundary.TooLarge as err:
             raise GradingError(f"{exercise}: the answer from your notebook is too large to grade: {err}") from None
         except (KernelDied, GradingError):
