@@ -304,6 +304,19 @@ def test_the_review_notebook_caps_a_session_and_says_how_to_ask_for_more(private
     assert len(show_due_output(monkeypatch, at("2025-03-01", 11), count=13 + new)) == 1 + 13 + new
 
 
+def test_running_the_cell_again_after_answering_shows_the_next_ones():
+    """What the review notebook says: answered questions, right or wrong, make room for the next ones."""
+    everything = [q for n in review.course_notebooks() for q in quiz_schema.all_questions(n) if q.kind == "numeric"]
+    history = [judged(q, False) for q in everything[:13]]
+    now = at("2025-03-01", 11)
+    first = review.session(attempts=history, now=now)
+    answered = [{**judged(c.question, k % 2 == 0), "time": (now + datetime.timedelta(minutes=1)).isoformat(),
+                 "review": review.REVIEW_NOTEBOOK} for k, c in enumerate(first)]
+    again = review.session(attempts=history + answered, now=now + datetime.timedelta(minutes=2))
+    assert not set(keys(first)) & set(keys(again))
+    assert sum(c.is_due(now) for c in again) == 3  # the three due ones the cap held back come first
+
+
 def test_the_review_notebook_says_when_nothing_is_due(private_progress, monkeypatch, capsys):
     everything = quiz_schema.all_questions("01_chain_rule")
     write_history(private_progress, [judged(q, True) if q.kind != "recall" else rated(q, 3) for q in everything])
