@@ -394,6 +394,13 @@ def test_derive_questions_are_scheduled_after_retrieve_before_predict(derive_cou
     assert {c.question for c in review.cards(["02_second"], [])} >= set(derive_course)
 
 
+def test_a_section_the_order_does_not_name_is_scheduled_last(derive_course, monkeypatch):
+    """A later optional section is never left out of the schedule (nor is derive, if the order forgets it)."""
+    monkeypatch.setattr(review, "SECTION_ORDER", ("concept_check", "retrieve", "predict"))
+    order = [q.section for q in review.default_order(["02_second"])]
+    assert order == ["concept_check", "retrieve", "predict", "derive", "derive", "derive"]
+
+
 @pytest.mark.parametrize("plain", [True, False])
 def test_derive_questions_answered_in_their_notebook_come_back_in_reviews(derive_course, plain, monkeypatch,
                                                                            capsys):
