@@ -1125,6 +1125,20 @@ while stack:
         stack.extend(child for child, _ in node.next_functions)
 muls
 """,
+    # 08's derive questions (asked before hvp and SmoothAbs), computed by autograd
+    ("08_higher_order", "hvp-curvature-along-v"): """
+x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+v = torch.ones(2, dtype=torch.float64)
+(g,) = torch.autograd.grad(x[0] ** 2 * x[1] + x[1] ** 3, x, create_graph=True)
+(hv,) = torch.autograd.grad(g @ v, x)
+hv[1]
+""",
+    ("08_higher_order", "smooth-abs-second-derivative"): """
+x = torch.tensor(0.01, dtype=torch.float64, requires_grad=True)
+(g,) = torch.autograd.grad(torch.sqrt(x * x + 0.01 ** 2), x, create_graph=True)
+(h,) = torch.autograd.grad(g, x)
+h
+""",
 }
 
 VERIFIERS = {
