@@ -159,13 +159,33 @@ def dl_reversed_kl(student_logits, teacher_logits, T=2.0):
     return (log_p_student.exp() * (log_p_student - log_p_teacher)).sum(-1).mean() * T ** 2
 
 
-@wrong_("distill_loss", "log(softmax(.)): -inf for large logits")
+@wrong_("distill_loss", "log(softmax(.)): -inf for large logits", says="float32 logits as large as a few hundred")
 def dl_log_of_softmax(student_logits, teacher_logits, T=2.0):
     import torch
     import torch.nn.functional as F
     log_p_student = torch.log(F.softmax(student_logits / T, dim=-1))
     p_teacher = F.softmax(teacher_logits.detach() / T, dim=-1)
     return F.kl_div(log_p_student, p_teacher, reduction="batchmean") * T ** 2
+
+
+@wrong_("distill_loss", "the KL written out with the teacher's probabilities: p * log(p) is 0 * -inf = NaN where one "
+                        "underflows to 0", says="float32 logits as large as a few hundred")
+def dl_p_log_p(student_logits, teacher_logits, T=2.0):
+    import torch.nn.functional as F
+    p_teacher = F.softmax(teacher_logits.detach() / T, dim=-1)
+    log_p_student = F.log_softmax(student_logits / T, dim=-1)
+    return T ** 2 * (p_teacher * (p_teacher.log() - log_p_student)).sum(dim=-1).mean()
+
+
+@wrong_("distill_loss", "softmax written out as exp(z) / exp(z).sum(): inf / inf = NaN for large logits",
+        says="float32 logits as large as a few hundred")
+def dl_softmax_by_hand(student_logits, teacher_logits, T=2.0):
+    def softmax(z):
+        e = z.exp()
+        return e / e.sum(dim=-1, keepdim=True)
+    p_teacher = softmax(teacher_logits.detach() / T)
+    p_student = softmax(student_logits / T)
+    return T ** 2 * (p_teacher * (p_teacher / p_student).log()).sum(dim=-1).mean()
 
 
 @wrong_("distill_loss", "teacher_logits.requires_grad_(False): fails on logits that come out of a network")
@@ -199,6 +219,15 @@ def dl_by_hand(student_logits, teacher_logits, T=2.0):
     log_p_student = torch.log_softmax(student_logits / T, dim=-1)
     per_example = (log_p_teacher.exp() * (log_p_teacher - log_p_student)).sum(dim=-1)
     return T * T * per_example.mean()
+
+
+@right_("distill_loss", "the KL written out with torch.xlogy, which makes 0 * log(0) zero")
+def dl_xlogy(student_logits, teacher_logits, T=2.0):
+    import torch
+    p_teacher = torch.softmax(teacher_logits.detach() / T, dim=-1)
+    log_p_student = torch.log_softmax(student_logits / T, dim=-1)
+    per_example = (torch.xlogy(p_teacher, p_teacher) - p_teacher * log_p_student).sum(dim=-1)
+    return per_example.mean() * T ** 2
 
 
 @right_("distill_loss", "kl_div with probabilities as target, teacher detached")
@@ -432,6 +461,26 @@ def gfn_keeps_none(t):
     return names
 
 
+@wrong_("grad_fn_names", "level by level, a function that calls itself once per level: too deep for Python's stack",
+        says="RecursionError")
+def gfn_recursive_levels(t):
+    if t.grad_fn is None:
+        return []
+    seen = {t.grad_fn}
+
+    def walk(level):
+        if not level:
+            return []
+        following = []
+        for node in level:
+            for child, _ in node.next_functions:
+                if child is not None and child not in seen:
+                    seen.add(child)
+                    following.append(child)
+        return [type(node).__name__ for node in level] + walk(following)
+    return walk([t.grad_fn])
+
+
 @wrong_("grad_fn_names", "imports the course's answer key instead of writing it")
 def gfn_imports_the_key(t):
     from autograder.grader.keys import answer_key
@@ -521,6 +570,22 @@ def plg_clobbers_grad(losses, params):
     return result
 
 
+@wrong_("per_loss_grads", "backward(retain_graph=True) without inputs=: the params' .grad is put back, but the "
+                          "model's other parameters keep a .grad", says="not in params")
+def plg_backward_fills_other_leaves(losses, params):
+    import torch
+    saved = [p.grad for p in params]
+    result = []
+    for loss in losses:
+        for p in params:
+            p.grad = None
+        loss.backward(retain_graph=True)
+        result.append(tuple(torch.zeros_like(p) if p.grad is None else p.grad for p in params))
+    for p, g in zip(params, saved):
+        p.grad = g
+    return result
+
+
 @wrong_("per_loss_grads", "torch.autograd.grad without allow_unused: fails when a loss ignores a parameter")
 def plg_not_allow_unused(losses, params):
     import torch
@@ -597,6 +662,13 @@ def pr_mode_object_unused(model, x):
     import torch
     torch.inference_mode()  # creates the context manager, enters nothing
     return model(x)
+
+
+@wrong_("predict", "squeezes the output: a batch of one loses its batch dimension", says="a batch of one")
+def pr_squeeze(model, x):
+    import torch
+    with torch.inference_mode():
+        return model(x).squeeze()
 
 
 @right_("predict", "the decorator form, on an inner function")
