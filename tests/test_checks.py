@@ -255,3 +255,65 @@ def test_special_points_advice_names_overflow_and_the_relu_kink(failure, words):
     with pytest.raises(checks.GradingError) as info, battery.trying("ex", "special-points"):
         raise checks.GradingError(failure)
     assert words in str(info.value)
+
+
+def test_no_autograd_catches_forward_mode_however_it_was_reached():
+    """A notebook 01 computed entirely by forward-mode autograd once scored 12/12."""
+    import torch.autograd.forward_ad as fwAD
+    from torch.autograd.forward_ad import dual_level, make_dual, unpack_dual
+    from torch.func import hessian, jacfwd, jvp, linearize
+
+    def by_dual_numbers(x):
+        with dual_level():
+            return unpack_dual(torch.sigmoid(make_dual(x, torch.ones_like(x)))).tangent
+
+    def by_module_path(x):
+        with fwAD.dual_level():
+            return fwAD.unpack_dual(torch.sin(fwAD.make_dual(x, torch.ones_like(x)))).tangent
+
+    def by_jvp(x):
+        return jvp(torch.sigmoid, (x,), (torch.ones_like(x),))[1]
+
+    def by_jacfwd(x):
+        return jacfwd(torch.sin)(x).diagonal()
+
+    def by_hessian(x):
+        return hessian(lambda t: t.sin().sum())(x).diagonal()
+
+    def by_linearize(x):
+        return linearize(torch.sin, x)[1](torch.ones_like(x))
+
+    def by_functional(x):
+        return torch.autograd.functional.jvp(torch.sin, x, torch.ones_like(x))[1]
+
+    x = torch.linspace(-1, 1, 3)
+    for fn in (by_dual_numbers, by_module_path, by_jvp, by_jacfwd, by_hessian, by_linearize, by_functional):
+        assert "called autograd" in message(checks.call_student, "ex", fn, x, no_autograd=True), fn.__name__
+    assert torch.allclose(by_jvp(x), torch.sigmoid(x) * (1 - torch.sigmoid(x)))  # restored afterwards
+
+
+def test_forbidden_blocks_nest_and_a_renamed_copy_of_the_code_is_still_seen():
+    """An inner watch once replaced the outer one (sys.setprofile without chaining), and a copy of a
+    forbidden function's code with another name (`__code__.replace(co_name=...)`) went unseen."""
+    import sys
+
+    from torch.utils.checkpoint import checkpoint
+
+    def outer_only(x):
+        return torch.utils.checkpoint.checkpoint(torch.sin, x, use_reentrant=False)
+
+    with pytest.raises(checks.GradingError, match="checkpoint"):
+        with checks.forbidden("outer", checkpoint):
+            with checks.forbidden("inner", torch.amp.GradScaler):
+                outer_only(torch.ones(2, requires_grad=True))
+    assert sys.getprofile() is None
+
+    import types
+
+    import torch.nn.functional as F
+    renamed = types.FunctionType(F.batch_norm.__code__.replace(co_name="harmless", co_qualname="harmless"),
+                                 F.batch_norm.__globals__, "harmless", F.batch_norm.__defaults__)
+    x = torch.randn(4, 3)
+    with pytest.raises(checks.GradingError, match="batch_norm"):
+        with checks.forbidden("renamed", F.batch_norm):
+            renamed(x, None, None, training=True)

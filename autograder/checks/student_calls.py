@@ -15,6 +15,8 @@ import threading
 import warnings
 
 import torch
+import torch._functorch.predispatch  # forward mode's dual levels go through it (see _AUTOGRAD_DOORS)
+import torch.autograd.forward_ad
 
 from autograder.checks import boundary
 from autograder.checks.compare import GradingError, describe, expect_close, fail
@@ -66,13 +68,18 @@ def _time_limit(seconds):
         signal.signal(signal.SIGALRM, previous)
 
 
-# Every public door into autograd, plus the engine call that torch.autograd.grad/backward share,
-# so that a name bound early (`from torch.autograd import grad`) is caught too.
+# Every public door into autograd, plus the calls the doors share inside, looked up when they run,
+# so that a name bound early (`from torch.autograd import grad`, `from torch.func import jvp`) is
+# caught too: the engine call of reverse mode, and forward mode's entry to a dual level and its
+# dual tensors (torch.autograd.forward_ad, and torch.func's jvp, jacfwd, hessian and linearize).
 _AUTOGRAD_DOORS = [
     (torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward"),
     (torch.autograd, "_engine_run_backward"), (torch.autograd.graph, "_engine_run_backward"),
     *[(torch.autograd.functional, n) for n in ("jacobian", "hessian", "vjp", "jvp", "vhp", "hvp")],
-    *[(torch.func, n) for n in ("grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian")],
+    *[(torch.func, n) for n in ("grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "linearize")],
+    *[(torch.autograd.forward_ad, n) for n in ("make_dual", "enter_dual_level", "unpack_dual")],
+    (torch._functorch.predispatch, "_enter_dual_level"), (torch._functorch.predispatch, "_make_dual"),
+    (torch._C, "_enter_dual_level"), (torch._VF, "_make_dual"),
 ]
 
 
@@ -136,6 +143,12 @@ def _code_objects(thing, seen=None):
     return {code} if code is not None else set()
 
 
+def _place(code) -> tuple:
+    """Where a function's code was written: a copy made with `code.replace(co_name=...)` (or any
+    other name) keeps it, so renaming a forbidden function's code does not hide a call of it."""
+    return code.co_filename, code.co_firstlineno
+
+
 def _qualified(thing) -> str:
     return f"{getattr(thing, '__module__', '?')}.{getattr(thing, '__qualname__', repr(thing))}"
 
@@ -146,21 +159,23 @@ def forbidden(exercise, *things, inputs=None):
     what it must build).
 
     A profile hook watches every Python call, so `from torch.amp import GradScaler` bound
-    before grading, a subclass or an alias are all caught; the block runs to its end first.
+    before grading, a subclass, an alias or a renamed copy of its code are all caught; the block
+    runs to its end first. Blocks nest: an inner one passes every call on to the outer one.
     """
-    codes = {code for thing in things for code in _code_objects(thing)}
-    by_code = {code: thing for thing in things for code in _code_objects(thing)}
+    by_place = {_place(code): thing for thing in things for code in _code_objects(thing)}
     used = []
+    previous = sys.getprofile()
 
     def watch(frame, event, arg):
-        if event == "call" and frame.f_code in codes and not used:
-            used.append(by_code[frame.f_code])
+        if event == "call" and not used and (frame.f_code.co_filename, frame.f_code.co_firstlineno) in by_place:
+            used.append(by_place[_place(frame.f_code)])
+        if previous is not None:  # an outer watch (a nested `forbidden`) keeps watching
+            previous(frame, event, arg)
 
     def report():
         fail(exercise, f"called {_qualified(used[0])}: this exercise asks you to build that yourself "
                         "rather than call it", inputs)
 
-    previous = sys.getprofile()
     sys.setprofile(watch)
     try:
         yield
