@@ -1,4 +1,4 @@
-"""The student release: generated from solutions/ (and the review notebook from ungraded/), up to date,
+"""The student release: generated from solutions/ (the review notebook from solutions/review.ipynb), up to date,
 free of answers, no free points."""
 import shutil
 
@@ -42,7 +42,7 @@ def test_the_review_notebook_starts_with_the_colab_cell_and_needs_no_local_file(
 
 def test_release_writes_the_review_notebook_alone_and_finds_it_stale(tmp_path, capsys):
     root = tmp_path / "course"
-    (root / "ungraded").mkdir(parents=True)
+    (root / "solutions").mkdir(parents=True)
     source = cli.extra_source(root, REVIEW)
     shutil.copy(cli.extra_source(course.ROOT, REVIEW), source)
     assert cli.release(root, [REVIEW], check=True) == 1  # not released yet

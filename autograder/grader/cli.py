@@ -4,9 +4,10 @@
 solutions/ (solutions replaced by stubs, hidden tests removed, outputs cleared) and puts the Colab
 first cell in each (autograder/grader/colab.py; solutions/ never hold it). It works in a temporary course
 directory, so the instructor's own gradebook and folders are never touched. It also writes the
-notebooks that are not assignments (EXTRAS: the review notebook, from ungraded/review.ipynb; never
-graded, so not in solutions/) with their outputs cleared and the same Colab first cell, and points
-the README's "Open in Colab" links at the repository that autograder/grader/colab.py names.
+notebooks that are not assignments (EXTRAS: the review notebook, from solutions/review.ipynb, a file
+beside the assignments' folders, so never an nbgrader assignment and never graded) with their
+outputs cleared and the same Colab first cell, and points the README's "Open in Colab" links at the
+repository that autograder/grader/colab.py names.
 
 `grade [NOTEBOOK ...]` grades every submission in submitted/ (or a folder of LMS .zip
 downloads) in parallel, records the scores in nbgrader's gradebook and writes a report; see
@@ -27,7 +28,7 @@ from autograder.grader import colab
 from autograder.grader.nbgrader_run import nbgrader_env
 
 NOT_ALL_GRADED = 2  # exit status: the run finished, but some submissions scored 0 without being graded
-EXTRAS = ("review",)  # released from ungraded/<name>.ipynb beside the assignments, never graded
+EXTRAS = ("review",)  # released from solutions/<name>.ipynb, a file beside the assignments' folders, never graded
 
 
 def assignments(root: pathlib.Path) -> list:
@@ -35,7 +36,7 @@ def assignments(root: pathlib.Path) -> list:
 
 
 def extra_source(root: pathlib.Path, name: str) -> pathlib.Path:
-    return root / "ungraded" / f"{name}.ipynb"
+    return root / "solutions" / f"{name}.ipynb"
 
 
 def generate(root: pathlib.Path, names: list, out: pathlib.Path) -> list:
@@ -89,7 +90,7 @@ def release(root: pathlib.Path, names: list, check: bool) -> int:
         if check:
             stale = stale_notebooks(root, released)
             for name in stale:
-                print(f"notebooks/{name} is stale: run `make release` to regenerate it from solutions/ or ungraded/")
+                print(f"notebooks/{name} is stale: run `make release` to regenerate it from solutions/")
             if colab.with_current_links(text) != text:
                 stale.append("README.md")
                 print(f"README.md's Open in Colab links do not point at {colab.REPOSITORY} ({colab.BRANCH}): "
@@ -153,7 +154,7 @@ def at_least_one(text: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="backprop-course", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    rel = commands.add_parser("release", help="regenerate notebooks/ from solutions/ and ungraded/")
+    rel = commands.add_parser("release", help="regenerate notebooks/ from solutions/")
     rel.add_argument("notebooks", nargs="*", help=f"assignment names or {', '.join(EXTRAS)} (default: all)")
     rel.add_argument("--check", action="store_true", help="only report stale notebooks (exit 1 if any)")
     rel.add_argument("--root", type=pathlib.Path, default=pathlib.Path.cwd(), help="the course repository")
