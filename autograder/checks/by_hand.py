@@ -18,19 +18,33 @@ it was reached. `train_by_hand` is compared step by step with an autograd-traine
 Failure messages name the slip where one explains the numbers: each check also computes, with
 autograd, what a few classic slips would have returned (a BatchNorm whose mean and variance are
 treated as constants, normalised with the unbiased variance, a tanh slope taken from its input, a
-loss summed instead of averaged, ...) and says which one the answer matches.
+loss summed instead of averaged, ...) and says which one the answer matches. Such a hint is looked
+for only once every result has the right type, shape, dtype and device: a float32 gradient that is
+right to float32's precision would otherwise "match" a slip it does not have.
+
+Where right-looking code breaks (`battery`): a check given a `stress` runs its cases so, inside
+`battery.trying`, and a failure names the stress: float32 BatchNorm inputs whose mean is 1000 times
+their spread (a one-pass variance loses every digit), a model whose float32 logits reach a few
+hundred (a softmax without the max overflows), a strided or expanded argument (`.view` fails; an
+in-place write into an expanded gradient fails). A stressed case in float32 is compared with a
+reference computed in float64 from the same values, with a tolerance float32 can meet. Strided and
+expanded arguments are laid out by a driver (`laid_out`) where the answer runs: a copy across the
+trusted boundary, or the private copy every answer gets, would be contiguous again.
 
 Trusted grading: the learner's function runs only inside `call_student`, through closures (`guarded`,
 `run_training`) that return data: tensors, dicts of tensors, lists of numbers. References and
 comparisons stay in the caller.
 """
+import contextlib
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from autograder import checks
-from autograder.checks import GradingError
+from autograder.checks import GradingError, battery
 from autograder.learner import inputs
 from autograder.learner.device import get_device
 
@@ -188,16 +202,86 @@ def _matches(got, expected):
             and torch.allclose(got.double(), expected.double(), **CLOSE))
 
 
-def _expect_close(exercise, got, expected, shown, names, hint):
-    """checks.expect_close, whose message gains `hint()` (the slip that explains the difference) where
-    there is one: the hint is looked for only once the answer is known to be wrong."""
+def _form_problem(got, expected):
+    """What is wrong with `got`'s type, shape, dtype or device against `expected` ('' if nothing)."""
+    if not isinstance(got, torch.Tensor):
+        return f"should be a torch.Tensor, got {checks.describe(got)}"
+    if got.shape != expected.shape:
+        return f"has shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
+    if got.dtype != expected.dtype:
+        return (f"has dtype {got.dtype}, expected {expected.dtype}: return each result in the dtype of the inputs "
+                "(new tensors with dtype= and device= of an input, or *_like)")
+    if got.device != expected.device:
+        return f"is on device {got.device}, expected {expected.device}: make new tensors on the inputs' device"
+    return ""
+
+
+def _check_form(exercise, got, expected, shown, names, hint=None):
+    """Type, shape, dtype and device of every part, before any value is compared. Only a wrong shape
+    asks `hint()` (which looks at shapes first: a table sized from the largest index, a sum over the
+    wrong axis); a wrong dtype or device is named as such, never explained by a slip of the values."""
+    if isinstance(expected, torch.Tensor):
+        parts = [(names[0], got, expected)]
+    else:
+        if not isinstance(got, (tuple, list)):
+            checks.fail(exercise, f"should return a tuple of {len(expected)} tensors, got {checks.describe(got)}",
+                        shown)
+        if len(got) != len(expected):
+            checks.fail(exercise, f"should return {len(expected)} values, got {len(got)}", shown)
+        parts = list(zip(names, got, expected))
+    for name, g, e in parts:
+        problem = _form_problem(g, e)
+        if problem:
+            found = hint() if hint is not None and problem.startswith("has shape") else ""
+            checks.fail(exercise, f"{name} {problem}", shown, f"  hint: {found}" if found else "")
+
+
+def _expect_close(exercise, got, expected, shown, names, hint=None, rtol=None, atol=None):
+    """checks.expect_close after `_check_form`, whose message gains `hint()` (the slip that explains the
+    difference) where there is one: the hint is looked for only once the answer is known to be wrong
+    in its values alone."""
+    _check_form(exercise, got, expected, shown, names, hint)
     try:
-        checks.expect_close(exercise, got, expected, inputs=shown, names=names)
+        checks.expect_close(exercise, got, expected, inputs=shown, names=names, rtol=rtol, atol=atol)
     except GradingError as err:
-        found = hint()
+        found = hint() if hint is not None else ""
         if not found:
             raise
         raise GradingError(f"{err}\n  hint: {found}") from None
+
+
+# --- the battery's stresses -------------------------------------------------------------------------------
+_LAYOUTS = {"non-contiguous": battery.non_contiguous,
+            "expanded": lambda t: battery.expanded(t[:1], t.shape[0])}
+
+
+def laid_out(fn, *args, stress, position, key=None):
+    """Driver: fn(*args) with argument `position` (or its entry `key`, for a dict such as the cache)
+    laid out as `stress` lays it out: a strided view with gaps, or its first row expanded (stride 0).
+    Built here, where the answer runs, because every copy on the way (the answer's private copy, the
+    trusted boundary) would make it contiguous again."""
+    args = list(args)
+    if key is None:
+        args[position] = _LAYOUTS[stress](args[position])
+    else:
+        args[position] = {**args[position], key: _LAYOUTS[stress](args[position][key])}
+    return fn(*args)
+
+
+def _stressed(case, stress, argument, key=None):
+    """(case, driver) for `stress` on `argument` (a name of `case`): an expanded argument's values
+    become its first row repeated, so that the reference sees what the answer sees."""
+    if stress not in _LAYOUTS:
+        return case, None
+    if stress == "expanded":
+        value = case[argument] if key is None else case[argument][key]
+        rows = value[:1].expand_as(value).clone()
+        case = {**case, argument: rows if key is None else {**case[argument], key: rows}}
+    return case, functools.partial(laid_out, stress=stress, position=list(case).index(argument), key=key)
+
+
+def _trying(exercise, stress, what):
+    return battery.trying(exercise, stress, what=what) if stress else contextlib.nullcontext()
 
 
 # --- embedding_backward -----------------------------------------------------------------------------
@@ -233,21 +317,29 @@ def _embedding_hint(got, expected, idx):
     return ""
 
 
-def check_embedding_backward(exercise, fn, cases):
-    """`fn(dout, idx, num_embeddings)` equals autograd's gradient of the table, for every case."""
+def check_embedding_backward(exercise, fn, cases, stress=None, what="dout"):
+    """`fn(dout, idx, num_embeddings)` equals autograd's gradient of the table, for every case; with a
+    `stress` ("non-contiguous", "expanded"), the argument `what` (dout or idx) reaches it laid out so."""
     for case in cases:
+        case, driver = _stressed(case, stress, what)
         expected = reference_embedding_backward(*case.values())
-        got = guarded(exercise, fn, list(case.values()), case)
-        _expect_close(exercise, got, expected, case, ["the table's gradient"],
-                      lambda: _embedding_hint(got, expected, case["idx"]))
+        with _trying(exercise, stress, what):
+            got = guarded(exercise, fn, list(case.values()), case, driver=driver)
+            _expect_close(exercise, got, expected, case, ["the table's gradient"],
+                          None if stress else lambda: _embedding_hint(got, expected, case["idx"]))
 
 
 # --- batchnorm_backward -----------------------------------------------------------------------------
-def batchnorm_case(n, c, *, seed, tiny=(), dtype=torch.float64, device=None, eps=EPS):
+def batchnorm_case(n, c, *, seed, tiny=(), dtype=torch.float64, device=None, eps=EPS, large_mean=False):
     """{dout, x, gamma, eps} for an (n, c) input; channels listed in `tiny` have a standard deviation
-    of 1e-3 or 3e-3 (variance below or near eps), where where eps goes matters."""
+    of 1e-3 or 3e-3 (variance below or near eps), where where eps goes matters. `large_mean`: a float32
+    x whose columns have a mean 1000 times their spread (`battery.large_mean`), gamma and dout in float32."""
     device = device or get_device()
-    x = inputs.randn(n, c, seed=seed, dtype=dtype, device=device, scale=2.0) + 0.5
+    if large_mean:
+        dtype = torch.float32
+        x = battery.large_mean(n, c, seed=seed, dtype=dtype, device=device)
+    else:
+        x = inputs.randn(n, c, seed=seed, dtype=dtype, device=device, scale=2.0) + 0.5
     for k, channel in enumerate(tiny):
         x[:, channel] = x[:, channel] * (1e-3 if k % 2 == 0 else 3e-3) / 2
     gamma = inputs.randn(c, seed=seed + 1, dtype=dtype, device=device) + 1.0
@@ -315,13 +407,38 @@ def _batchnorm_hint(got, expected, case):
     return ""
 
 
-def check_batchnorm_backward(exercise, fn, cases):
-    """`fn(dout, x, gamma, eps)` returns autograd's (dx, dgamma, dbeta) of training-mode BatchNorm."""
+FLOAT32_SHARE = 3e-3  # a float32 answer's error, as a share of the largest |reference|: the two-pass
+# variance stays below 3e-4 at a mean 1000 times the spread, the one-pass one is above 3e-2 (tests)
+
+
+def _check_in_float32(exercise, fn, case):
+    """A float32 answer against autograd in float64 from the same values: each of dx, dgamma and dbeta
+    within FLOAT32_SHARE of its largest entry (round-off passes, lost digits do not)."""
+    reference = reference_batchnorm_backward(*(v.double() if torch.is_tensor(v) else v for v in case.values()))
+    got = guarded(exercise, fn, list(case.values()), case)
+    names = ["dx", "dgamma", "dbeta"]
+    _check_form(exercise, got, tuple(t.float() for t in reference), case, names)
+    for name, g, e in zip(names, got, reference):
+        checks.expect_close(exercise, g.double(), e, inputs=case, names=[name], rtol=0.0,
+                            atol=FLOAT32_SHARE * float(e.abs().max()))
+
+
+def check_batchnorm_backward(exercise, fn, cases, stress=None, what="dout"):
+    """`fn(dout, x, gamma, eps)` returns autograd's (dx, dgamma, dbeta) of training-mode BatchNorm.
+
+    `stress="float32-large-mean"` (cases made with `large_mean=True`): compared with float64 (see
+    `_check_in_float32`). "non-contiguous" or "expanded": the argument `what` (dout or x) reaches the
+    answer laid out so."""
     for case in cases:
-        expected = reference_batchnorm_backward(*case.values())
-        got = guarded(exercise, fn, list(case.values()), case)
-        _expect_close(exercise, got, expected, case, ["dx", "dgamma", "dbeta"],
-                      lambda: _batchnorm_hint(got, expected, case))
+        case, driver = _stressed(case, stress, what)
+        with _trying(exercise, stress, what):
+            if stress == "float32-large-mean":
+                _check_in_float32(exercise, fn, case)
+                continue
+            expected = reference_batchnorm_backward(*case.values())
+            got = guarded(exercise, fn, list(case.values()), case, driver=driver)
+            _expect_close(exercise, got, expected, case, ["dx", "dgamma", "dbeta"],
+                          None if stress else lambda: _batchnorm_hint(got, expected, case))
 
 
 # --- batchnorm_update_running -----------------------------------------------------------------------
@@ -367,22 +484,32 @@ def _running_hint(got, expected, case):
     return ""
 
 
-def run_keeping_inputs(fn, *args):
-    """Driver: fn(*args), and the positions of the tensor arguments that fn changed."""
-    before = _private(list(args))
+def run_keeping_inputs(fn, *args, stress=None, position=None):
+    """Driver: fn(*args), and the positions of the tensor arguments that fn changed; with a `stress`,
+    argument `position` is laid out so first (see `laid_out`)."""
+    args = list(args)
+    if stress is not None:
+        args[position] = _LAYOUTS[stress](args[position])
+    before = _private(args)
     result = fn(*args)
     changed = [i for i, (a, b) in enumerate(zip(args, before)) if isinstance(a, torch.Tensor) and not torch.equal(a, b)]
     return result, changed
 
 
-def check_running(exercise, fn, cases):
+def check_running(exercise, fn, cases, stress=None, what="x"):
     """`fn(running_mean, running_var, x, momentum)` returns nn.BatchNorm1d's new running statistics
-    as new tensors, and changes none of its arguments."""
+    as new tensors, and changes none of its arguments; with `stress="non-contiguous"`, `x` reaches it
+    as a strided view (an (N, C, L) input is often a transposed channels-last tensor)."""
     for case in cases:
+        driver = run_keeping_inputs
+        if stress is not None:
+            case, _ = _stressed(case, stress, what)
+            driver = functools.partial(run_keeping_inputs, stress=stress, position=list(case).index(what))
         expected = reference_running(*case.values())
-        got, changed = guarded(exercise, fn, list(case.values()), case, driver=run_keeping_inputs)
-        _expect_close(exercise, got, expected, case, ["new running_mean", "new running_var"],
-                      lambda: _running_hint(got, expected, case))
+        with _trying(exercise, stress, what):
+            got, changed = guarded(exercise, fn, list(case.values()), case, driver=driver)
+            _expect_close(exercise, got, expected, case, ["new running_mean", "new running_var"],
+                          None if stress else lambda: _running_hint(got, expected, case))
         if changed:
             checks.fail(exercise, f"changed its argument {list(case)[changed[0]]} in place: return new tensors and "
                                   "leave the arguments as they were (nn.BatchNorm1d updates its own buffers; this "
@@ -402,12 +529,19 @@ def random_params(vocab, context, embed, hidden, *, seed, dtype=torch.float64, d
     return params
 
 
-def model_case(vocab, context, embed, hidden, n, *, seed, dtype=torch.float64, device=None):
-    """{params, tokens, targets} for a batch of n; tokens drawn from a few rows so some repeat."""
+def model_case(vocab, context, embed, hidden, n, *, seed, dtype=torch.float64, device=None, logits_scale=None):
+    """{params, tokens, targets} for a batch of n; tokens drawn from a few rows so some repeat.
+    `logits_scale`: float32 parameters whose last layer is scaled so that the largest |logit| is about
+    `logits_scale` (a few hundred: exp of them overflows float32)."""
     device = device or get_device()
+    if logits_scale is not None:
+        dtype = torch.float32
     params = random_params(vocab, context, embed, hidden, seed=seed, dtype=dtype, device=device)
     tokens = inputs.randint(max(2, vocab // 2), n, context, seed=seed + 1, device=device)
     targets = inputs.randint(vocab, n, seed=seed + 2, device=device)
+    if logits_scale is not None:
+        largest = forward(params, tokens, targets)[1]["logits"].abs().max()
+        params["W2"], params["b2"] = (params[name] * (logits_scale / largest) for name in ("W2", "b2"))
     return {"params": params, "tokens": tokens, "targets": targets}
 
 
@@ -457,25 +591,48 @@ def _shown_model(case):
             "targets": case["targets"]}
 
 
-def check_manual_backward(exercise, fn, cases):
+def check_manual_backward(exercise, fn, cases, stress=None, what="batch of tokens"):
     """`fn(params, cache, targets)` returns {name: gradient} equal to autograd's for every parameter;
-    the first wrong one in backward order is named, with the slip that explains it where one does."""
+    every gradient's type, shape, dtype and device are checked first, then the values, and the first
+    wrong one in backward order is named, with the slip that explains it where one does.
+
+    `stress="large-logits"` (cases made with `logits_scale`): float32 parameters and cache, compared
+    with autograd in float64 from the same values, within 1e-3 of each entry plus 1e-4 of the largest
+    gradient. `stress="non-contiguous"`: the cache's tokens reach the answer as a strided view (a slice
+    of a wider tensor, as a column of a dataset is)."""
     for case in cases:
-        expected = reference_grads(*case.values())
         shown = _shown_model(case)
         _, cache = forward(case["params"], case["tokens"], case["targets"])
-        got = guarded(exercise, fn, [case["params"], cache, case["targets"]], shown)
-        if not isinstance(got, dict):
-            checks.fail(exercise, "should return a dict {parameter name: gradient}, got " + checks.describe(got), shown)
-        missing = [n for n in PARAM_NAMES if n not in got]
-        if missing:
-            checks.fail(exercise, f"no gradient for {', '.join(missing)}: return one per parameter, "
-                                  f"with the keys {list(PARAM_NAMES)}", shown)
-        for k, name in enumerate(BACKWARD_ORDER):
-            before = (f"the gradients reached before it in backward ({', '.join(BACKWARD_ORDER[:k])}) are right, "
-                      "so the slip lies between them and this one" if k else "")
-            _expect_close(exercise, got[name], expected[name], shown, [f"the gradient of {name}"],
-                          lambda: "; ".join(h for h in (_model_hint(name, got[name], case), before) if h))
+        if stress == "large-logits":
+            shown["largest |logit|"] = f"{cache['logits'].abs().max().item():.0f}"
+            reference = reference_grads({n: p.double() for n, p in case["params"].items()}, case["tokens"],
+                                        case["targets"])
+            expected = {n: g.to(case["params"][n].dtype) for n, g in reference.items()}
+            tolerance = {"rtol": 1e-3, "atol": 1e-4 * max(float(g.abs().max()) for g in reference.values())}
+        else:
+            expected, tolerance = reference_grads(*case.values()), {}
+        args, driver = [case["params"], cache, case["targets"]], None
+        if stress == "non-contiguous":
+            driver = functools.partial(laid_out, stress=stress, position=1, key="tokens")
+        with _trying(exercise, stress, what):
+            got = guarded(exercise, fn, args, shown, driver=driver)
+            if not isinstance(got, dict):
+                checks.fail(exercise, "should return a dict {parameter name: gradient}, got " + checks.describe(got),
+                            shown)
+            missing = [n for n in PARAM_NAMES if n not in got]
+            if missing:
+                checks.fail(exercise, f"no gradient for {', '.join(missing)}: return one per parameter, "
+                                      f"with the keys {list(PARAM_NAMES)}", shown)
+            for name in BACKWARD_ORDER:
+                _check_form(exercise, got[name], expected[name], shown, [f"the gradient of {name}"],
+                            None if stress else lambda: _model_hint(name, got[name], case))
+            for k, name in enumerate(BACKWARD_ORDER):
+                before = (f"the gradients reached before it in backward ({', '.join(BACKWARD_ORDER[:k])}) are "
+                          "right, so the slip lies between them and this one" if k else "")
+                hint = None if stress else (
+                    lambda: "; ".join(h for h in (_model_hint(name, got[name], case), before) if h))
+                _expect_close(exercise, got[name], expected[name], shown, [f"the gradient of {name}"], hint,
+                              **tolerance)
 
 
 # --- train_by_hand ------------------------------------------------------------------------------------

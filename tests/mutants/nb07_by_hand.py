@@ -325,7 +325,7 @@ def run_sums(running_mean, running_var, x, momentum=0.1):
 
 # manual_backward(params, cache, targets) -------------------------------------------------------------
 def _backward(params, cache, targets, *, divide=True, one_hot=True, slope_from="a", bn_terms=True,
-              accumulate=True):
+              accumulate=True, view_tokens=False):
     """The model's backward pass, with switches that turn one step into a learner's slip."""
     import torch
     N = targets.shape[0]
@@ -345,10 +345,11 @@ def _backward(params, cache, targets, *, divide=True, one_hot=True, slope_from="
     g["b1"], g["W1"] = dh.sum(0), cache["x"].T @ dh
     demb = (dh @ params["W1"].T).reshape(-1, cache["emb"].shape[-1])
     g["C"] = torch.zeros_like(params["C"])
+    tokens = cache["tokens"].view(-1) if view_tokens else cache["tokens"].reshape(-1)
     if accumulate:
-        g["C"].index_add_(0, cache["tokens"].reshape(-1), demb)
+        g["C"].index_add_(0, tokens, demb)
     else:
-        g["C"][cache["tokens"].reshape(-1)] = demb
+        g["C"][tokens] = demb
     return g
 
 
@@ -556,3 +557,81 @@ def tbh_sub_alpha(params, data, steps, lr):
             params[name].sub_(g, alpha=lr)
         losses.append(loss.item())
     return losses
+
+
+# --- issue 22: where right-looking code breaks ---------------------------------------------------------
+@wrong_("batchnorm_backward", "one-pass variance E[x²] - E[x]²: loses every digit in float32 when the mean is large",
+        says="float32 input whose mean is about 1000 times its spread")
+def bn_one_pass_variance(dout, x, gamma, eps=1e-5):
+    N = x.shape[0]
+    mean = x.mean(0)
+    var = (x * x).mean(0) - mean * mean
+    r = (var + eps) ** -0.5
+    xhat = (x - mean) * r
+    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
+    return gamma * r / N * (N * dout - dbeta - xhat * dgamma), dgamma, dbeta
+
+
+@wrong_("batchnorm_backward", "scales dout by gamma in place: writes into the caller's gradient",
+        says="an expanded dout")
+def bn_scales_dout_in_place(dout, x, gamma, eps=1e-5):
+    mean = x.mean(0)
+    r = (((x - mean) ** 2).mean(0) + eps) ** -0.5
+    xhat = (x - mean) * r
+    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
+    dout *= gamma  # now d xhat, in the caller's tensor
+    return r * (dout - dout.mean(0) - xhat * (dout * xhat).mean(0)), dgamma, dbeta
+
+
+@wrong_("batchnorm_backward", "dgamma and dbeta accumulated into torch.zeros(C): float32 for float64 inputs",
+        says="dtype torch.float32, expected torch.float64")
+def bn_float32_accumulators(dout, x, gamma, eps=1e-5):
+    import torch
+    N, C = x.shape
+    mean = x.mean(0)
+    r = (((x - mean) ** 2).mean(0) + eps) ** -0.5
+    xhat = (x - mean) * r
+    dgamma, dbeta = torch.zeros(C), torch.zeros(C)
+    dgamma += (dout * xhat).sum(0)
+    dbeta += dout.sum(0)
+    return gamma * r / N * (N * dout - dout.sum(0) - xhat * (dout * xhat).sum(0)), dgamma, dbeta
+
+
+@wrong_("embedding_backward", "flattens dout with .view(-1, D): fails on a strided gradient",
+        says="a non-contiguous dout")
+def emb_view_dout(dout, idx, num_embeddings):
+    import torch
+    D = dout.shape[-1]
+    grad = torch.zeros(num_embeddings, D, dtype=dout.dtype, device=dout.device)
+    return grad.index_add_(0, idx.reshape(-1), dout.view(-1, D))
+
+
+@wrong_("embedding_backward", "flattens idx with .view(-1): fails on a strided batch of indices",
+        says="a non-contiguous idx")
+def emb_view_idx(dout, idx, num_embeddings):
+    import torch
+    D = dout.shape[-1]
+    grad = torch.zeros(num_embeddings, D, dtype=dout.dtype, device=dout.device)
+    return grad.index_add_(0, idx.view(-1), dout.reshape(-1, D))
+
+
+@wrong_("manual_backward", "softmax as exp(logits) / sum without subtracting the max: overflows in float32",
+        says="float32 logits as large as a few hundred")
+def mb_softmax_without_max(params, cache, targets):
+    from mutants.nb07_by_hand import _backward
+    e = cache["logits"].exp()
+    return _backward(params, dict(cache, logp=(e / e.sum(1, keepdim=True)).log()), targets)
+
+
+@wrong_("manual_backward", "every gradient in float32 (.float()) whatever the parameters' dtype",
+        says="dtype torch.float32, expected torch.float64")
+def mb_float32_gradients(params, cache, targets):
+    from mutants.nb07_by_hand import _backward
+    return {name: g.float() for name, g in _backward(params, cache, targets).items()}
+
+
+@wrong_("manual_backward", "flattens the tokens with .view(-1): fails when they are a slice of a wider tensor",
+        says="a non-contiguous batch of tokens")
+def mb_view_tokens(params, cache, targets):
+    from mutants.nb07_by_hand import _backward
+    return _backward(params, cache, targets, view_tokens=True)
