@@ -405,6 +405,17 @@ def test_accumulation_check_names_the_equal_weights_slip_and_the_single_backward
                                              memory=True)
 
 
+def test_accumulation_check_wants_copies_not_the_grad_buffers():
+    def no_copies(model, loss_fn, x, y, k):
+        accumulate(model, loss_fn, x, y, k)
+        return tuple(p.grad.detach() for p in model.parameters() if p.requires_grad)  # shares .grad's memory
+
+    with pytest.raises(GradingError, match=r"returned 0\.weight\.grad itself, not a copy"):
+        accumulation.check_accumulated_grads("accumulated_grads", no_copies, n=10, k=3, seed=1)
+    err, _ = run_trusted(CELLS["accumulated_grads"], no_copies)  # the answer crosses as a copy; the driver looked
+    assert isinstance(err, GradingError) and "not a copy" in str(err), err
+
+
 # --- train_step ----------------------------------------------------------------------------------
 def test_train_step_checks_accept_the_reference_order():
     training_step.check_train_step("train_step", step, KEY.train_step, seed=1, max_norm=0.5)

@@ -79,6 +79,16 @@ def ag_all_params(model, loss_fn, x, y, micro_batches):
     return tuple(p.grad for p in model.parameters())
 
 
+@wrong_("accumulated_grads", "returns the .grad tensors themselves, not copies: the next backward() changes them",
+        says="not a copy")
+def ag_returns_grad_buffers(model, loss_fn, x, y, micro_batches):
+    import torch
+    model.zero_grad()
+    for xc, yc in zip(torch.tensor_split(x, micro_batches), torch.tensor_split(y, micro_batches)):
+        (loss_fn(model(xc), yc) * len(xc) / len(x)).backward()
+    return tuple(p.grad for p in model.parameters() if p.requires_grad)
+
+
 @wrong_("accumulated_grads", "returns the gradients but leaves .grad empty (torch.autograd.grad only)")
 def ag_grad_not_stored(model, loss_fn, x, y, micro_batches):
     import torch

@@ -35,11 +35,18 @@ def regression(seed, dtype, device, n, hidden=16, task="mse"):
 @dataclasses.dataclass
 class Call:
     """What a learner's call returned, and what its driver saw beside it: the .grad of every parameter
-    of the model after the call ({name: tensor or None}) and the most bytes of saved tensors held at
-    once during the call (measured only when asked: 0 otherwise)."""
+    of the model after the call ({name: tensor or None}), the most bytes of saved tensors held at
+    once during the call (measured only when asked: 0 otherwise), and the names of the parameters
+    whose .grad memory a returned tensor shares (a tensor that crosses to the grader is copied, so
+    the driver looks where the call ran)."""
     returned: object
     grads: dict
     peak_saved_bytes: int = 0
+    shares_grad_of: list = dataclasses.field(default_factory=list)
+
+
+def _memory(t):
+    return t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) and t.numel() else None
 
 
 @GRAD_ON
@@ -51,7 +58,9 @@ def run_accumulation(fn, stale, memory, model, loss_fn, x, y, micro_batches):
     ledger = SavedTensorLedger()
     with ledger if memory else contextlib.nullcontext():
         got = fn(model, loss_fn, x, y, micro_batches)
-    return Call(got, {name: p.grad for name, p in model.named_parameters()}, ledger.peak_bytes)
+    returned = {_memory(g) for g in got if _memory(g) is not None} if isinstance(got, (list, tuple)) else set()
+    shared = [name for name, p in model.named_parameters() if _memory(p.grad) in returned]
+    return Call(got, {name: p.grad for name, p in model.named_parameters()}, ledger.peak_bytes, shared)
 
 
 def _chunk_grads(model, loss_fn, x, y, k):
@@ -137,6 +146,10 @@ def _check_accumulated_grads(exercise, fn, *, n, k, seed, dtype, task, frozen, h
     for name in frozen:
         if result.grads.get(name) is not None:
             checks.fail(exercise, f"the frozen {name} has a .grad after the call", details=f"  case: {case}")
+    if result.shares_grad_of:
+        checks.fail(exercise, f"returned {result.shares_grad_of[0]}.grad itself, not a copy of it",
+                    details=f"  case: {case}\n  the next backward() adds into .grad in place, and would change the "
+                            "tuple you returned: return p.grad.clone()")
     if memory and result.peak_saved_bytes > MEMORY_SHARE * full.peak_bytes:
         checks.fail(exercise, "the graphs of several chunks were alive at the same time",
                     details=f"  case: {case}\n  saved tensors held at once: {result.peak_saved_bytes / 1024:.1f} KiB, "
