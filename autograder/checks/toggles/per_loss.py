@@ -137,8 +137,8 @@ def _compare(exercise, result, expected, *, case, loss_names, param_names, befor
 def check_per_loss_grads(exercise, fn, reference, *, seed, which=(0, 1, 2), param_names=None, dtype=torch.float64,
                          stale_grads=True):
     """fn(losses, params) on losses of one shared forward through a seeded TwoHeads model: each tuple
-    equals reference([that loss], params)[0] computed on a forward pass of its own, and every param's
-    .grad is left exactly as it was."""
+    equals reference([that loss], params)[0] computed on a forward pass of its own, every param's .grad
+    is left exactly as it was, and the model's other parameters keep .grad None."""
     device = get_device()
     model = two_heads(seed, dtype, device)
     param_names = list(param_names or dict(model.named_parameters()))
