@@ -206,7 +206,7 @@ def test_release_adds_the_cell_and_check_compares_with_it(course_copy, tmp_path,
 # --- README --------------------------------------------------------------------------------------
 
 def test_readme_has_a_colab_badge_for_every_notebook_from_the_configured_repository():
-    rows = [line for line in README.read_text().splitlines() if re.match(r"\| \d\d \| ", line)]
+    rows = [line for line in README.read_text().splitlines() if re.match(r"\| (\d\d|—) \| ", line)]
     found = {}
     for row in rows:
         (notebook,) = re.findall(r"\]\(notebooks/([\w.-]+\.ipynb)\)", row)
