@@ -187,6 +187,46 @@ def test_check_underflow_fraction_wants_a_python_float():
                                     expected=0.5)
 
 
+def layout_seen(t, dtype=torch.float16):
+    """A correct answer that also records what it was given: (contiguous?, smallest stride)."""
+    layout_seen.seen = (t.is_contiguous(), min(t.stride()))
+    return underflow_ok(t, dtype)
+
+
+@pytest.mark.parametrize("layout, seen", [("contiguous", (True, 1)), ("non-contiguous", (False, 2)),
+                                          ("expanded", (False, 0))])
+def test_a_strided_t_reaches_the_answer_strided(layout, seen):
+    """nbgrader's plain call hands the learner a copy, which would be contiguous: the driver makes the view."""
+    row = uf.log_uniform(1, 12, seed=4, low=1e-10, high=1e-4, zeros=0.2, device="cpu")
+    uf.check_underflow_fraction("u", layout_seen, row, torch.bfloat16, reference=KEY.underflow_fraction, layout=layout)
+    assert layout_seen.seen == seen
+    with pytest.raises(ValueError, match="layout must be one of"):
+        uf.check_underflow_fraction("u", layout_seen, row, expected=0.0, layout="transposed")
+
+
+def flattens_with_view(t, dtype=torch.float16):
+    return underflow_ok(t.view(-1), dtype)
+
+
+STRIDED_CELL = """
+import torch
+from autograder.checks import battery
+from autograder.checks.loss_scaling import underflow as uf
+from autograder.grader.keys import answer_key
+t = uf.log_uniform(6, 9, seed=5, low=1e-10, high=1e-4, zeros=0.2, device="cpu")
+with battery.trying("g", "non-contiguous", what="t"):
+    uf.check_underflow_fraction("g", g, t, reference=answer_key("05_loss_scaling").underflow_fraction,
+                                layout="non-contiguous")
+"""
+
+
+@pytest.mark.parametrize("implementation, words", [(underflow_ok, None),
+                                                   (flattens_with_view, "fails for a non-contiguous t: .view")])
+def test_trusted_underflow_builds_the_strided_t_in_the_kernel(implementation, words):
+    err = run_trusted(STRIDED_CELL, implementation)
+    assert (err is None) if words is None else (isinstance(err, GradingError) and words in str(err)), err
+
+
 def test_log_uniform_is_seeded_and_spread():
     a = uf.log_uniform(1000, seed=3, low=1e-10, high=1e-2, zeros=0.2, device="cpu")
     b = uf.log_uniform(1000, seed=3, low=1e-10, high=1e-2, zeros=0.2, device="cpu")

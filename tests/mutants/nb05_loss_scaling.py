@@ -331,6 +331,25 @@ class ScalerStickyOverflow(AltScaler):
         self._bad = bad
 
 
+@wrong_("DynamicLossScaler", "looks for +inf and NaN (g == inf, g != g): a -inf gradient slips through",
+        says="-inf entry")
+class ScalerMissesNegativeInf(AltScaler):
+    def _non_finite(self, grads):
+        return any(bool(((g == float("inf")) | (g != g)).any()) for g in grads)
+
+
+@wrong_("DynamicLossScaler", "checks the scaled loss for inf/NaN instead of the gradients")
+class ScalerChecksTheLoss(AltScaler):
+    def scale(self, loss):
+        import torch
+        scaled = self._s * loss
+        self._loss_bad = not bool(torch.isfinite(scaled))
+        return scaled
+
+    def _non_finite(self, grads):
+        return self._loss_bad
+
+
 @wrong_("DynamicLossScaler", "checks only the first parameter group")
 class ScalerFirstGroupOnly(AltScaler):
     def unscale_(self, optimizer):
@@ -670,7 +689,7 @@ def underflow_as_tensor(t, dtype=None):
     return ((t.to(dtype) == 0) & nonzero).sum() / nonzero.sum()
 
 
-@wrong_("underflow_fraction", "the mean over no entries: NaN for an all-zero tensor")
+@wrong_("underflow_fraction", "the mean over no entries: NaN for an all-zero tensor", says="special points")
 def underflow_nan_when_all_zero(t, dtype=None):
     import torch
     dtype = dtype or torch.float16
@@ -678,7 +697,8 @@ def underflow_nan_when_all_zero(t, dtype=None):
     return (kept.to(dtype) == 0).float().mean().item()
 
 
-@wrong_("underflow_fraction", "integer division by the count: ZeroDivisionError for an all-zero tensor")
+@wrong_("underflow_fraction", "integer division by the count: ZeroDivisionError for an all-zero tensor",
+        says="special points")
 def underflow_divides_by_zero(t, dtype=None):
     import torch
     dtype = dtype or torch.float16
@@ -710,6 +730,24 @@ def underflow_any_rounding(t, dtype=None):
     nonzero = t != 0
     count = int(nonzero.sum())
     return int(((t.to(dtype).to(t.dtype) != t) & nonzero).sum()) / count if count else 0.0
+
+
+@wrong_("underflow_fraction", "flattens with t.view(-1): fails on a slice of a larger tensor", says="non-contiguous t")
+def underflow_view_flat(t, dtype=None):
+    import torch
+    flat = t.view(-1)
+    kept = flat[flat != 0]
+    return int((kept.to(dtype or torch.float16) == 0).sum()) / kept.numel() if kept.numel() else 0.0
+
+
+@wrong_("underflow_fraction", "takes magnitudes in place (t.abs_(), as the sign does not matter): writes into t",
+        says="expanded t")
+def underflow_abs_in_place(t, dtype=None):
+    import torch
+    magnitude = t.abs_()
+    nonzero = magnitude > 0
+    count = int(nonzero.sum())
+    return int(((magnitude.to(dtype or torch.float16) == 0) & nonzero).sum()) / count if count else 0.0
 
 
 @wrong_("underflow_fraction", "imports the course's answer key instead of writing it")

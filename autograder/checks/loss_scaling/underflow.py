@@ -5,14 +5,21 @@ answer key in hidden tests (`solutions/05_loss_scaling/answer_key.py`, passed in
 since counting what a cast flushes to 0 is the exercise. A wrong answer is told how the entries
 split: zeros left out, entries that flush to 0 (from the expected share), entries that survive as
 subnormals. Seeded inputs spread over many decades (`log_uniform`) and the values around a
-format's edges (`edge_values`) are the test data.
+format's edges (`edge_values`) are the test data, also as a strided view (`layout`): a non-contiguous
+`t`, or a row expanded to several without a copy, built by the driver `run_on_layout` where the
+learner's code runs, since a copy made on the way (nbgrader's private copy, trusted grading's
+transfer) would be contiguous.
 """
 import math
 
 import torch
 
 from autograder import checks
+from autograder.checks import battery
 from autograder.learner.device import get_device
+
+LAYOUTS = ("contiguous", "non-contiguous", "expanded")
+EXPANDED_ROWS = 5  # an expanded t repeats its one row this many times
 
 
 def smallest_subnormal(dtype) -> float:
@@ -37,15 +44,42 @@ def _explain_underflow(t, dtype, expected) -> str:
     return text
 
 
-def check_underflow_fraction(exercise, fn, t, dtype=None, *, reference=None, expected=None, what=""):
+def laid_out(t, layout):
+    """`t`'s values as `layout` says: itself, a non-contiguous view with gaps (`battery.non_contiguous`),
+    or its one row (shape (1, ...)) expanded to EXPANDED_ROWS rows that share that row's memory."""
+    if layout == "non-contiguous":
+        return battery.non_contiguous(t)
+    if layout == "expanded":
+        return battery.expanded(t, EXPANDED_ROWS)
+    return t
+
+
+def run_on_layout(fn, t, dtype, layout):
+    """Driver: run where the learner's code runs (in trusted grading, the kernel), it calls
+    fn(t laid out as `layout`, dtype); the view is made here because any copy on the way is contiguous."""
+    view = laid_out(t, layout)
+    return fn(view) if dtype is None else fn(view, dtype)
+
+
+def check_underflow_fraction(exercise, fn, t, dtype=None, *, reference=None, expected=None, what="",
+                             layout="contiguous"):
     """Call fn(t) (or fn(t, dtype)) and compare with `expected` (the share the test states) or with
-    reference(t, dtype) (hidden tests: the answer key); tolerance 1e-6 on the share."""
+    reference(t, dtype) (hidden tests: the answer key); tolerance 1e-6 on the share. With `layout`
+    "non-contiguous" or "expanded" (see `laid_out`), the learner gets `t` as that strided view."""
     if (reference is None) == (expected is None):
         raise TypeError("check_underflow_fraction: give the expected share or a reference, not both")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     args = (t,) if dtype is None else (t, dtype)
     names = ["t"] if dtype is None else ["t", "dtype"]
+    if layout == "contiguous":
+        got = checks.call_student(exercise, fn, *args, names=names)
+    else:
+        got = checks.call_student(exercise, run_on_layout, fn, t, dtype, layout,
+                                  names=[exercise, "t", "dtype", "layout"])
+        t = laid_out(t, layout)
+        what = f"{what}, {layout}" if what else layout
     dtype = torch.float16 if dtype is None else dtype
-    got = checks.call_student(exercise, fn, *args, names=names)
     inputs = {"t": t, "dtype": dtype} if not what else {"t": f"{what}: {checks.describe(t)}", "dtype": dtype}
     if isinstance(got, bool) or not isinstance(got, float):
         checks.fail(exercise, f"should return a Python float, got {type(got).__name__}: {checks.describe(got)}"
