@@ -78,8 +78,9 @@ def ng_autograd(f, x, eps=1e-6):
     return torch.autograd.grad(f(x), x)[0].detach()
 
 
-@right_("numerical_grad", "one perturbed copy per element, built with torch.stack")
-def ng_stacked(f, x, eps=1e-6):
+@wrong_("numerical_grad", "torch.stack of f's values: fails when f returns a Python number",
+        says="expected Tensor as element 0")
+def ng_stacked_tensors(f, x, eps=1e-6):
     import torch
     flat = x.reshape(-1)
     values = []
@@ -89,6 +90,90 @@ def ng_stacked(f, x, eps=1e-6):
         down[i] -= eps
         values.append((f(up.view_as(x)) - f(down.view_as(x))) / (2 * eps))
     return torch.stack(values).reshape(x.shape).to(x.dtype)
+
+
+@right_("numerical_grad", "one perturbed copy per element, the values gathered with torch.tensor")
+def ng_stacked(f, x, eps=1e-6):
+    import torch
+    flat = x.reshape(-1)
+    values = []
+    for i in range(flat.numel()):
+        up, down = flat.clone(), flat.clone()
+        up[i] += eps
+        down[i] -= eps
+        values.append((float(f(up.view_as(x))) - float(f(down.view_as(x)))) / (2 * eps))
+    return torch.tensor(values, dtype=x.dtype, device=x.device).reshape(x.shape)
+
+
+@wrong_("numerical_grad", "clone(), then writes through .view(-1): a transposed x keeps its strides, .view fails",
+        says="non-contiguous x")
+def ng_clone_view(f, x, eps=1e-6):
+    import torch
+    probe = x.detach().clone()
+    grad = torch.zeros_like(probe)
+    flat, flat_grad = probe.view(-1), grad.view(-1)
+    for i in range(flat.numel()):
+        original = flat[i].item()
+        flat[i] = original + eps
+        up = float(f(probe))
+        flat[i] = original - eps
+        down = float(f(probe))
+        flat[i] = original
+        flat_grad[i] = (up - down) / (2 * eps)
+    return grad
+
+
+@wrong_("numerical_grad", "clone(), then writes through .reshape(-1): for a transposed x reshape copies, so the "
+        "writes never reach the probe (gradient 0)", says="non-contiguous x")
+def ng_clone_reshape(f, x, eps=1e-6):
+    import torch
+    probe = x.detach().clone()
+    flat = probe.reshape(-1)
+    grad = torch.zeros(flat.numel(), dtype=x.dtype, device=x.device)
+    for i in range(flat.numel()):
+        original = flat[i].item()
+        flat[i] = original + eps
+        up = float(f(probe))
+        flat[i] = original - eps
+        down = float(f(probe))
+        flat[i] = original
+        grad[i] = (up - down) / (2 * eps)
+    return grad.reshape(x.shape)
+
+
+@wrong_("numerical_grad", "calls .item() on f's value: fails when f returns a Python number",
+        says="'float' object has no attribute 'item'")
+def ng_item(f, x, eps=1e-6):
+    import torch
+    probe = x.detach().clone(memory_format=torch.contiguous_format)
+    grad = torch.zeros_like(probe)
+    flat, flat_grad = probe.view(-1), grad.view(-1)
+    for i in range(flat.numel()):
+        original = flat[i].item()
+        flat[i] = original + eps
+        up = f(probe).item()
+        flat[i] = original - eps
+        down = f(probe).item()
+        flat[i] = original
+        flat_grad[i] = (up - down) / (2 * eps)
+    return grad
+
+
+@right_("numerical_grad", "contiguous() copy and a flat index, f's value read with float()")
+def ng_contiguous(f, x, eps=1e-6):
+    import torch
+    probe = x.detach().contiguous().clone()
+    grad = torch.empty_like(probe)
+    for i in range(probe.numel()):
+        index = tuple(int(k) for k in torch.unravel_index(torch.tensor(i), probe.shape))
+        original = probe[index].item()
+        probe[index] = original + eps
+        up = float(f(probe))
+        probe[index] = original - eps
+        down = float(f(probe))
+        probe[index] = original
+        grad[index] = (up - down) / (2 * eps)
+    return grad
 
 
 # two_layer_backward(x, W1, W2) -----------------------------------------------------------------
@@ -154,6 +239,30 @@ def tlb_loops(x, W1, W2):
     return gx, gW1, gW2
 
 
+@wrong_("two_layer_backward", "sigma'(a) as e^-a / (1 + e^-a)^2: NaN (inf / inf) where a float32 pre-activation is "
+        "very negative", says="the special points of the function")
+def tlb_sigma_prime_from_exp(x, W1, W2):
+    import torch
+    a = W1 @ x
+    e = torch.exp(-a)
+    h = 1 / (1 + e)
+    y = W2 @ h
+    dL_dy = 2 * y
+    dL_da = (W2.T @ dL_dy) * e / (1 + e) ** 2
+    return W1.T @ dL_da, torch.outer(dL_da, x), torch.outer(dL_dy, h)
+
+
+@right_("two_layer_backward", "own sigmoid 1 / (1 + e^-a), then h (1 - h): finite when e^-a overflows")
+def tlb_own_sigmoid(x, W1, W2):
+    import torch
+    a = W1 @ x
+    h = 1 / (1 + torch.exp(-a))
+    y = W2 @ h
+    dL_dy = 2 * y
+    dL_da = (W2.T @ dL_dy) * h * (1 - h)
+    return W1.T @ dL_da, dL_da[:, None] * x[None, :], dL_dy[:, None] * h[None, :]
+
+
 # linear_mse_grad(W, x, y) ----------------------------------------------------------------------
 @wrong_("linear_mse_grad", "forgets the factor 2")
 def lmg_no_two(W, x, y):
@@ -210,11 +319,31 @@ def sg_autograd(x):
     return torch.autograd.grad(torch.sigmoid(x).sum(), x)[0]
 
 
-@wrong_("sigmoid_grad", "e = exp(-x); e / (1 + e)**2: NaN (inf / inf) for float32 x <= -89")
+@wrong_("sigmoid_grad", "e = exp(-x); e / (1 + e)**2: NaN (inf / inf) for float32 x <= -89",
+        says="the special points of the function")
 def sg_from_exp(x):
     import torch
     e = torch.exp(-x)
     return e / (1 + e) ** 2
+
+
+@wrong_("sigmoid_grad", "e^-x sigma(x)^2: inf * 0 = NaN at large negative x", says="the special points of the function")
+def sg_exp_times_square(x):
+    import torch
+    return torch.exp(-x) * torch.sigmoid(x) ** 2
+
+
+@right_("sigmoid_grad", "own sigmoid 1 / (1 + e^-x), then s (1 - s): 1 / inf is 0, no NaN")
+def sg_own_sigmoid(x):
+    import torch
+    s = 1 / (1 + torch.exp(-x))
+    return s * (1 - s)
+
+
+@right_("sigmoid_grad", "1 / (2 + e^x + e^-x): overflow only makes the denominator inf")
+def sg_cosh_form(x):
+    import torch
+    return 1 / (2 + torch.exp(x) + torch.exp(-x))
 
 
 @right_("sigmoid_grad", "sigma(x) * sigma(-x), the same product written symmetrically")
@@ -242,6 +371,27 @@ def rg_where_float(x):
 @wrong_("relu_grad", "returns relu(x) instead of its derivative")
 def rg_value(x):
     return x.clamp(min=0)
+
+
+@wrong_("relu_grad", "flattens with .view(-1) to fill a mask: .view fails on a transpose or a slice",
+        says="non-contiguous x")
+def rg_view(x):
+    import torch
+    flat = x.view(-1)
+    out = torch.zeros_like(flat)
+    out[flat > 0] = 1
+    return out.view(x.shape)
+
+
+@wrong_("relu_grad", "x > 1e-12, a margin against round-off: 0 for tiny positive x",
+        says="the special points of the function")
+def rg_margin(x):
+    return (x > 1e-12).to(x.dtype)
+
+
+@right_("relu_grad", "sign(x) clamped at 0: sign(0) is 0")
+def rg_sign(x):
+    return x.sign().clamp(min=0)
 
 
 @right_("relu_grad", "torch.heaviside with 0 at 0")
@@ -276,6 +426,23 @@ def sj_inner(z):
     import torch
     y = torch.softmax(z, 0)
     return torch.diag(y) - y @ y
+
+
+@wrong_("softmax_jacobian", "softmax as exp(z) / exp(z).sum(), the max not subtracted: NaN for large float32 logits",
+        says="float32 logits as large as a few hundred")
+def sj_naive_softmax(z):
+    import torch
+    e = torch.exp(z)
+    y = e / e.sum()
+    return torch.diag(y) - torch.outer(y, y)
+
+
+@right_("softmax_jacobian", "own softmax with the max subtracted, y_i (delta_ij - y_j) by broadcasting")
+def sj_own_softmax(z):
+    import torch
+    e = torch.exp(z - z.max())
+    y = e / e.sum()
+    return y[:, None] * (torch.eye(len(y), dtype=z.dtype, device=z.device) - y[None, :])
 
 
 @right_("softmax_jacobian", "element by element: y_i (delta_ij - y_j)")
@@ -316,6 +483,37 @@ def sxg_wrong_axis(z, t):
     import torch
     import torch.nn.functional as F
     return (torch.softmax(z, 0) - F.one_hot(t, z.shape[1]).to(z.dtype)) / z.shape[0]
+
+
+@wrong_("softmax_xent_grad", "softmax as exp(z) / exp(z).sum(1), the max not subtracted: NaN for large float32 logits",
+        says="float32 logits as large as a few hundred")
+def sxg_naive_softmax(z, t):
+    import torch.nn.functional as F
+    e = z.exp()
+    return (e / e.sum(1, keepdim=True) - F.one_hot(t, z.shape[1]).to(z.dtype)) / z.shape[0]
+
+
+@wrong_("softmax_xent_grad", "squeezes dim 0, to give a single example's gradient as 1-D: a batch of one loses its "
+        "batch dimension", says="a batch of one")
+def sxg_squeezed(z, t):
+    import torch
+    probs = torch.softmax(z, dim=1)
+    probs[torch.arange(len(t)), t] -= 1
+    return (probs / len(t)).squeeze(0)
+
+
+@wrong_("softmax_xent_grad", "F.one_hot(t) without num_classes: too few columns when no target is the last class")
+def sxg_one_hot_guessed(z, t):
+    import torch
+    import torch.nn.functional as F
+    return (torch.softmax(z, 1) - F.one_hot(t).to(z.dtype)) / z.shape[0]
+
+
+@right_("softmax_xent_grad", "log_softmax().exp() minus the target, via torch.eye rows")
+def sxg_log_softmax(z, t):
+    import torch
+    eye = torch.eye(z.shape[1], dtype=z.dtype, device=z.device)
+    return (torch.log_softmax(z, dim=1).exp() - eye[t]) / z.shape[0]
 
 
 @right_("softmax_xent_grad", "scatter_ to subtract 1 at each target")
