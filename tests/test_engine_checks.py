@@ -554,3 +554,42 @@ def test_trusted_draw_dot_comes_back_as_the_digraphs_lines():
         err, answers = run_trusted(cell, {"draw_dot": drawer})
         assert (err is None) if words is None else (isinstance(err, GradingError) and words in str(err)), err
         assert all(only_data(a) for a in answers)
+
+
+# --- special points: where right-looking local derivatives break ------------------------------------------
+class TanhFromExp(Tiny):
+    """tanh as (e^2x - 1) / (e^2x + 1): right until e^2x overflows a Python float."""
+
+    def tanh(self):
+        e = math.exp(2 * self.data)
+        t = (e - 1) / (e + 1)
+        return self._out(t, (self,), "tanh", (1 - t * t,))
+
+
+class ReluOneAtZero(Tiny):
+    def relu(self):
+        return self._out(max(self.data, 0.0), (self,), "ReLU", (float(self.data >= 0),))
+
+
+class PowFromOutput(Tiny):
+    """d x^k / dx written from the output, k x^k / x: right except at x = 0."""
+
+    def __pow__(self, k):
+        out = self.data ** k
+        return self._out(out, (self,), f"**{k}", (k * out / self.data,))
+
+
+@pytest.mark.parametrize("engine, ops, words", [
+    (Tiny, scalar_engine.ARITHMETIC_OPS + scalar_engine.TRANSCENDENTAL_OPS, None),
+    (TanhFromExp, scalar_engine.TRANSCENDENTAL_OPS, "OverflowError"),
+    (ReluOneAtZero, scalar_engine.ARITHMETIC_OPS, "the mask is x > 0, not x >= 0"),
+    (PowFromOutput, scalar_engine.ARITHMETIC_OPS, "ZeroDivisionError"),
+], ids=lambda v: getattr(v, "__name__", None))
+def test_special_points_catch_what_random_points_miss(engine, ops, words):
+    scalar_engine.check_each_op("Value", engine, ops, seed=3, repeats=2)  # every engine here passes these
+    if words is None:
+        scalar_engine.check_special_points("Value", engine, ops)
+        return
+    with pytest.raises(GradingError) as info:
+        scalar_engine.check_special_points("Value", engine, ops)
+    assert "Value: fails for the special points of the function" in str(info.value) and words in str(info.value)

@@ -34,6 +34,7 @@ from autograder.checks.scalar_engine.graph_checks import (
     check_deep_chain,
     check_each_op,
     check_random_expressions,
+    check_special_points,
     check_two_passes,
     compare_graph,
     compare_tape,
@@ -44,8 +45,8 @@ from autograder.checks.scalar_engine.snapshots import GraphMismatch, LearnerNode
 
 __all__ = ["ARITHMETIC_OPS", "TRANSCENDENTAL_OPS", "Expr", "GraphMismatch", "GraphNode", "LearnerNode", "Tape",
            "check_deep_chain", "check_drawing", "check_each_op", "check_mlp_gradients", "check_random_expressions",
-           "check_two_passes", "check_zero_grad", "compare_graph", "compare_tape", "compare_tapes", "last_mismatch",
-           "random_expression", "record", "value_graphs"]
+           "check_special_points", "check_two_passes", "check_zero_grad", "compare_graph", "compare_tape",
+           "compare_tapes", "last_mismatch", "random_expression", "record", "value_graphs"]
 
 
 def __getattr__(name):

@@ -13,7 +13,7 @@ import random
 
 import torch
 
-from autograder.checks import GradingError
+from autograder.checks import GradingError, battery
 from autograder.checks.scalar_engine import drivers, hints
 from autograder.checks.scalar_engine.expressions import op_forms, random_expression, record
 from autograder.checks.scalar_engine.snapshots import GraphMismatch, Snapshot, read_graph, read_tape, readable
@@ -130,6 +130,26 @@ def check_each_op(exercise, Value, ops, *, seed, repeats=3):
                 g = rng.uniform(0.5, 2.0) * rng.choice((-1, 1))
                 tapes.append(record(build, [a, b, g], names=["a", "b", "g"]))
     compare_tapes(exercise, Value, tapes)
+
+
+# Where right-looking formulas break (the battery's special points), each op times an upstream gradient g:
+# relu at its kink (PyTorch's and micrograd's derivative there is 0), powers of 0 (a derivative written from
+# the output, k * out / x, divides by 0), tanh where e^(2x) overflows a Python float (math.exp raises
+# OverflowError past 709.78). exp and log have no such points that micrograd defines: math.exp(1000) and
+# math.log(0) raise, where PyTorch gives inf and -inf.
+SPECIAL_POINTS = {
+    "relu": [(lambda a, g: a.relu() * g, 0.0), (lambda a, g: (-a).relu() * g, 0.0)],
+    "**": [(lambda a, g: (a ** k) * g, 0.0) for k in (1, 2, 3, 1.5)],
+    "tanh": [(lambda a, g: a.tanh() * g, x) for x in (20.0, -20.0, 400.0, -400.0, 800.0, -800.0)],
+}
+
+
+def check_special_points(exercise, Value, ops):
+    """Every op of `ops` that has special points (SPECIAL_POINTS) at those points, against PyTorch;
+    a failure names the stress ("fails for the special points of the function ...")."""
+    tapes = [record(build, [a, -1.5], names=["a", "g"]) for op in ops for build, a in SPECIAL_POINTS.get(op, ())]
+    with battery.trying(exercise, "special-points"):
+        compare_tapes(exercise, Value, tapes)
 
 
 def check_random_expressions(exercise, Value, ops, *, seed, count=100, leaves=3, steps=12):
