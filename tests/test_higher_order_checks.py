@@ -497,3 +497,133 @@ def test_an_in_place_step_in_a_hook_needs_no_grad_only_under_create_graph():
             warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Using backward\\(\\) with create_graph=True", category=UserWarning)
         (p * p).sum().backward(create_graph=True)
+
+
+# --- the battery's stresses: they reach the learner's code, and each names what broke -----------------------
+def seen_layouts(implementation, record):
+    """`implementation`, wrapped to record whether each tensor argument it is called with is contiguous."""
+    def wrapped(*args):
+        record.append(tuple(a.is_contiguous() for a in args if isinstance(a, torch.Tensor)))
+        return implementation(*args)
+    return wrapped
+
+
+@pytest.mark.parametrize("mode", ["plain", "trusted"])
+def test_strided_inputs_reach_the_learners_code_strided(mode):
+    """A copy across the trusted boundary, or the private copy each call gets, is contiguous again: the
+    drivers build the strided views where the learner's code runs, in both modes."""
+    cells = {"hvp": (hvp, "ho.check_hvp('g', g, [ho.hvp_case('matrix', (3, 4), seed=1, stress='non-contiguous', "
+                          "device='cpu')])"),
+             "per_sample": (per_sample_grads, "ho.check_per_sample_grads('g', g, 'mlp', batch=4, loss='mse', seed=2, "
+                                              "stress='non-contiguous', device='cpu')")}
+    for name, (implementation, cell) in cells.items():
+        record = []
+        wrapped = seen_layouts(implementation, record)
+        if mode == "plain":
+            exec(PREAMBLE + cell, {"g": wrapped})
+        else:
+            err, _ = run_trusted(PREAMBLE + cell, wrapped)
+            assert err is None, err
+        assert record and record[0][0] is False, (name, record)  # x arrives strided ...
+        if name == "hvp":
+            assert record[0][1] is False  # ... and so does v
+
+
+def hvp_view(f, x, v):
+    leaf = x.detach().requires_grad_(True)
+    (g,) = torch.autograd.grad(f(leaf), leaf, create_graph=True)
+    return torch.autograd.grad(g.view(-1) @ v.view(-1), leaf)[0]
+
+
+def test_a_view_of_a_strided_input_is_named():
+    ho.check_hvp("hvp", hvp_view, [ho.hvp_case("matrix", (3, 4), seed=1)])  # right on contiguous memory
+    with pytest.raises(GradingError, match="fails for a non-contiguous x and v: .view needs contiguous memory"):
+        ho.check_hvp("hvp", hvp_view, [ho.hvp_case("matrix", (3, 4), seed=1, stress="non-contiguous")])
+
+
+class SignTimesRoot(SmoothAbs):
+    """The right slope, sign(x) sqrt(1 - eps^2 / (x^2 + eps^2)), whose derivative is NaN at 0."""
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, out = ctx.saved_tensors
+        eps_squared = out * out - x * x
+        return grad_out * torch.sign(x) * torch.sqrt(1 - eps_squared / (x * x + eps_squared)), None
+
+
+def test_the_special_points_pass_a_correct_function_and_name_a_nan_second_derivative():
+    cases = [ho.smooth_abs_special_points(eps=0.01, seed=1, device="cpu"),
+             ho.smooth_abs_special_points(eps=None, seed=2, device="cpu")]
+    assert cases[0]["x"].tolist() == [0.0, 1e-30, -1e-30, 1e-08, -1e-08, 1.0, -1.0, 1e4, -1e4]
+    ho.check_smooth_abs("SmoothAbs", SmoothAbs, cases)
+    ho.check_smooth_abs_double_backward("SmoothAbs", SmoothAbs, cases)
+    ho.check_smooth_abs("SmoothAbs", SignTimesRoot, cases)  # its first derivative is right everywhere
+    with pytest.raises(GradingError, match="(?s)fails for the special points.*your backward is nan at x = 0"):
+        ho.check_smooth_abs_double_backward("SmoothAbs", SignTimesRoot, cases)
+
+
+def squeezed_scores(critic, real, fake, alpha):
+    x_hat = torch.lerp(fake, real, torch.as_tensor(alpha).reshape(-1, *[1] * (real.dim() - 1))).detach()
+    x_hat.requires_grad_(True)
+    scores = critic(x_hat).squeeze()
+    (slope,) = torch.autograd.grad(scores, x_hat, torch.ones(len(real), dtype=real.dtype), create_graph=True)
+    return ((slope.flatten(1).norm(dim=1) - 1) ** 2).mean()
+
+
+def norm_over_dimension_one(critic, real, fake, alpha):
+    x_hat = torch.lerp(fake, real, torch.as_tensor(alpha).reshape(-1, *[1] * (real.dim() - 1))).detach()
+    x_hat.requires_grad_(True)
+    (slope,) = torch.autograd.grad(critic(x_hat).sum(), x_hat, create_graph=True)
+    return ((slope.norm(dim=1) - 1) ** 2).mean()
+
+
+def test_a_batch_of_one_and_the_norm_over_dimension_one_are_named():
+    options = dict(kind="mlp", batch=1, shape=(5,), alpha_kind="vector", seed=3)
+    ho.check_penalty("gp", squeezed_scores, KEY.gradient_penalty, **{**options, "batch": 3})  # right for N > 1
+    ho.check_penalty("gp", gradient_penalty, KEY.gradient_penalty, **options, stress="batch-of-one")
+    with pytest.raises(GradingError, match="gp: fails for a batch of one: do not .squeeze"):
+        ho.check_penalty("gp", squeezed_scores, KEY.gradient_penalty, **options, stress="batch-of-one")
+    ho.check_penalty("gp", norm_over_dimension_one, KEY.gradient_penalty, kind="mlp", batch=3, shape=(4,),
+                     alpha_kind="vector", seed=4)  # right for inputs of shape (N, D)
+    for check in (lambda: ho.check_penalty_closed_form("gp", norm_over_dimension_one, batch=3, shape=(2, 4),
+                                                       alpha_kind="column", seed=2),
+                  lambda: ho.check_penalty("gp", norm_over_dimension_one, KEY.gradient_penalty, kind="conv", batch=3,
+                                           shape=(2, 5), alpha_kind="vector", seed=5)):
+        with pytest.raises(GradingError, match=r"norm over dimension 1 only .* each example has shape \(2, [45]\)"):
+            check()
+
+
+def step_without_no_grad(model, lr):
+    def step(p):
+        p.sub_(lr * p.grad)
+        p.grad = None
+    return [p.register_post_accumulate_grad_hook(step) for p in model.parameters() if p.requires_grad]
+
+
+@pytest.mark.parametrize("mode", ["plain", "trusted"])
+def test_a_step_outside_no_grad_passes_a_plain_backward_and_is_named_under_create_graph(mode):
+    cell = "ho.check_step_in_backward('g', g, 'tied', lr=0.1, seed=6, device='cpu', create_graph={})"
+
+    def run(implementation, create_graph):
+        source = PREAMBLE + cell.format(create_graph)
+        if mode == "trusted":
+            return run_trusted(source, implementation)[0]
+        try:
+            exec(source, {"g": implementation})
+        except GradingError as err:
+            return err
+        return None
+
+    assert run(step_without_no_grad, False) is None
+    assert run(attach_step_in_backward, True) is None
+    err = run(step_without_no_grad, True)
+    assert isinstance(err, GradingError) and "fails for backward(create_graph=True): under create_graph=True the " \
+        "backward pass is itself recorded: update parameters under torch.no_grad()" in str(err), err
+
+
+def test_a_batch_of_one_passes_a_correct_per_sample_and_tbptt_answer():
+    ho.check_per_sample_grads("g", per_sample_grads, "conv", batch=1, loss="cross_entropy", seed=7,
+                              stress="batch-of-one")
+    ho.check_tbptt("g", tbptt_backward, KEY.tbptt_backward, "gru", steps=5, k=2, loss="classes", seed=7, batch=1,
+                   stress="batch-of-one")
+

@@ -4,14 +4,15 @@ The reference is `torch.autograd.functional.hessian`, which the learner's call m
 torch.func: `FORBID_HVP`, caught however it was imported). `CountedSquare` is a square whose
 backward is itself a Function that counts its own backward calls, so a check can tell double
 backward (one pass through the gradient's graph) from finite differences (none) and from a Hessian
-built row by row (one per entry of x).
+built row by row (one per entry of x). A case may carry a stress of the battery: "non-contiguous"
+hands x and v over as strided views (a `.view(-1)` of them raises), built in the driver.
 """
 import torch
 
 from autograder import checks
-from autograder.checks import GradingError
+from autograder.checks import GradingError, battery
 from autograder.checks.compare import fail
-from autograder.checks.higher_order.common import close, is_tensor
+from autograder.checks.higher_order.common import close, is_tensor, stressed, strided
 from autograder.learner import inputs
 from autograder.learner.device import get_device
 
@@ -112,13 +113,14 @@ class Objective:
         return f"f(x) = {_FORMULAS[self.kind]}"
 
 
-def hvp_case(kind, shape, *, seed, dtype=torch.float64, device=None, scale=0.7):
-    """{"f", "x", "v"}: an `Objective`, a point and a direction, seeded."""
+def hvp_case(kind, shape, *, seed, dtype=torch.float64, device=None, scale=0.7, stress=None):
+    """{"f", "x", "v", "stress"}: an `Objective`, a point and a direction, seeded; `stress` is None or
+    "non-contiguous" (x and v reach hvp as strided views)."""
     device = device or get_device()
     f = Objective(kind, shape, seed=seed, dtype=dtype, device=device)
     x = inputs.randn(*shape, seed=seed + 1, dtype=dtype, device=device, scale=scale)
     v = inputs.randn(*shape, seed=seed + 2, dtype=dtype, device=device)
-    return {"f": f, "x": x, "v": v}
+    return {"f": f, "x": x, "v": v, "stress": stress}
 
 
 def reference_hvp(f, x, v):
@@ -127,11 +129,12 @@ def reference_hvp(f, x, v):
     return (hessian.reshape(x.numel(), x.numel()) @ v.reshape(-1)).reshape(x.shape)
 
 
-def run_hvp(student, f, x, v):
-    """Driver: the learner's hvp under grad mode, with how many passes ran through the gradient's graph."""
+def run_hvp(student, f, x, v, stress=None):
+    """Driver: the learner's hvp under grad mode (x and v as `stress` hands them over), with how many
+    passes ran through the gradient's graph."""
     f.counter.clear()
     with torch.enable_grad():
-        result = student(f, x, v)
+        result = student(f, strided(x, stress), strided(v, stress))
     return result, len(f.counter)
 
 
@@ -149,16 +152,20 @@ def check_hvp(exercise, student, cases, *, forbid=FORBID_HVP):
     """hvp(f, x, v) equals the explicit Hessian times v (zeros for an affine f), with x's shape and
     dtype; torch.func and torch.autograd.functional are refused inside the call."""
     for case in cases:
+        stress = case.get("stress")
         shown = {"f": case["f"], "x": case["x"], "v": case["v"]}
+        if stress:
+            shown["layout"] = f"x and v as {battery.describe(stress, 'view')}"
         expected = reference_hvp(case["f"], case["x"], case["v"])
-        try:
-            got, _ = checks.call_student(exercise, run_hvp, student, case["f"], case["x"], case["v"],
-                                         names=["hvp", "f", "x", "v"], forbid=forbid)
-        except GradingError as err:
-            raise GradingError(f"{err}{_hvp_hint(case['f'].kind, str(err))}") from None
-        if is_tensor(got) and got.requires_grad:
-            got = got.detach()
-        close(exercise, got, expected, shown=shown, name="H v")
+        with stressed(exercise, stress, what="x and v"):
+            try:
+                got, _ = checks.call_student(exercise, run_hvp, student, case["f"], case["x"], case["v"], stress,
+                                             names=["hvp", "f", "x", "v", "stress"], forbid=forbid)
+            except GradingError as err:
+                raise GradingError(f"{err}{_hvp_hint(case['f'].kind, str(err))}") from None
+            if is_tensor(got) and got.requires_grad:
+                got = got.detach()
+            close(exercise, got, expected, shown=shown, name="H v")
 
 
 def check_hvp_double_backward(exercise, student, *, shape, seed, forbid=FORBID_HVP, device=None):

@@ -4,7 +4,9 @@ critic's parameters.
 Visible tests use a quadratic critic whose input gradient, penalty and weight gradient are known in
 closed form; hidden tests compare with the answer key (passed in) on seeded MLP and convolutional
 critics. The learner's penalty is computed and backpropagated in a driver, so a penalty with no
-graph (create_graph forgotten) or one that filled the critic's .grad is seen for what it is.
+graph (create_graph forgotten) or one that filled the critic's .grad is seen for what it is. A
+`stress` of the battery ("batch-of-one") names the input that broke an answer; on a wrong value, the
+hints name the usual slips (the wrong point, the norm over dimension 1 only, the squared norm, ...).
 """
 import copy
 import dataclasses
@@ -14,10 +16,17 @@ from torch import nn
 
 from autograder import checks
 from autograder.checks.compare import fail
-from autograder.checks.higher_order.common import LOOSE, close, is_tensor
+from autograder.checks.higher_order.common import LOOSE, close, is_tensor, stressed
 from autograder.checks.toggles.models import seeded
 from autograder.learner import inputs
 from autograder.learner.device import get_device
+
+
+def dimension_one_label(shape):
+    """What the norm over dimension 1 alone (`slope.norm(dim=1)`) gets wrong, for examples of `shape`."""
+    return (f"that takes the norm over dimension 1 only (slope.norm(dim=1)), which is one example's norm only "
+            f"for inputs of shape (N, D); here each example has shape {tuple(shape)}. Take one norm per example "
+            "over all its dimensions: flatten each example first (slope.flatten(1)), then the norm over dim 1")
 
 
 class QuadraticCritic(nn.Module):
@@ -120,9 +129,14 @@ def _compare_penalty(exercise, critic_, value, expected_value, expected_grads, s
 
 
 def check_penalty_closed_form(exercise, student, *, batch, shape, alpha_kind, seed, dtype=torch.float64,
-                              device=None):
+                              device=None, stress=None):
     """For critic(x) = sum(w x^2) + c, grad_x critic = 2 w x: the penalty and its gradients with
-    respect to w and c (zero) are known in closed form."""
+    respect to w and c (zero) are known in closed form. `stress`: the battery's name for the input."""
+    with stressed(exercise, stress):
+        _check_closed_form(exercise, student, batch, shape, alpha_kind, seed, dtype, device)
+
+
+def _check_closed_form(exercise, student, batch, shape, alpha_kind, seed, dtype, device):
     device = device or get_device()
     model = QuadraticCritic(shape, seed=seed, dtype=dtype, device=device)
     real, fake, alpha = penalty_inputs(batch, shape, alpha_kind, seed=seed + 10, dtype=dtype, device=device)
@@ -151,13 +165,22 @@ def check_penalty_closed_form(exercise, student, *, batch, shape, alpha_kind, se
                  ("that uses the squared norm; the penalty is (norm - 1)**2 with norm = sqrt(sum of squares)",
                   (slopes(a).pow(2).sum(1) - 1).pow(2).mean()),
                  ("that is the sum over the examples; the penalty is their mean", (norms - 1).pow(2).sum())]
+        if len(shape) > 1:
+            unflattened = 2 * model.w * point
+            hints.append((dimension_one_label(shape), (unflattened.norm(dim=1) - 1).pow(2).mean()))
     _compare_penalty(exercise, model, value, expected, expected_grads, shown, lambda: hints)
 
 
 def check_penalty(exercise, student, reference, *, kind, batch, shape, alpha_kind, seed, dtype=torch.float64,
-                  device=None):
+                  device=None, stress=None):
     """The learner's penalty and the gradient it sends to a seeded critic's parameters, against
-    `reference` (the answer key) run on an identical critic; hints for the points that are not x_hat."""
+    `reference` (the answer key) run on an identical critic; hints for the points that are not x_hat
+    and for the norm over dimension 1 alone. `stress`: the battery's name for the input."""
+    with stressed(exercise, stress):
+        _check_against_key(exercise, student, reference, kind, batch, shape, alpha_kind, seed, dtype, device)
+
+
+def _check_against_key(exercise, student, reference, kind, batch, shape, alpha_kind, seed, dtype, device):
     device = device or get_device()
     model = critic(kind, shape, seed=seed, dtype=dtype, device=device)
     twin = copy.deepcopy(model)
@@ -174,6 +197,19 @@ def check_penalty(exercise, student, reference, *, kind, batch, shape, alpha_kin
                   ("that is the penalty at (1 - alpha) real + alpha fake: alpha weighs real",
                    1 - torch.as_tensor(alpha, dtype=dtype, device=device))]
         with torch.enable_grad():
-            return [(label, reference(copy.deepcopy(model), real, fake, a).detach()) for label, a in points]
+            found = [(label, reference(copy.deepcopy(model), real, fake, a).detach()) for label, a in points]
+            if len(shape) > 1:
+                found.append((dimension_one_label(shape), _norm_over_dimension_one(copy.deepcopy(model), real, fake,
+                                                                                   alpha)))
+        return found
 
     _compare_penalty(exercise, model, value, expected.detach(), expected_grads, shown, hints)
+
+
+def _norm_over_dimension_one(critic_, real, fake, alpha):
+    """The penalty with slope.norm(dim=1) for the per-example norm (a slip, not the answer)."""
+    a = torch.as_tensor(alpha, dtype=real.dtype, device=real.device)
+    a = a.reshape(-1, *[1] * (real.dim() - 1)) if a.dim() else a
+    point = (a * real + (1 - a) * fake).detach().requires_grad_(True)
+    (slope,) = torch.autograd.grad(critic_(point).sum(), point)
+    return (slope.norm(dim=1) - 1).pow(2).mean()

@@ -2,7 +2,8 @@
 
 The reference is a loop of single-example gradients, the definition; it is no answer, since the
 models here count their forward calls and the vectorised check rejects a function that runs the model
-once per example.
+once per example. A `stress` of the battery tries a batch of one and x as a strided view (built in
+the driver, where the learner's code runs).
 """
 import copy
 
@@ -13,7 +14,7 @@ from torch import nn
 from autograder import checks
 from autograder.checks import GradingError
 from autograder.checks.compare import fail
-from autograder.checks.higher_order.common import close, is_tensor
+from autograder.checks.higher_order.common import close, is_tensor, stressed, strided
 from autograder.checks.toggles.models import seeded
 from autograder.learner import inputs
 from autograder.learner.device import get_device
@@ -69,18 +70,24 @@ def loop_of_single_example_grads(model, loss_fn, x, y):
     return {name: torch.stack([row[j] for row in rows]) for j, (name, _) in enumerate(named)}
 
 
-def run_per_sample(student, model, loss_fn, x, y):
-    """Driver: the learner's per-example gradients and how often the model ran."""
+def run_per_sample(student, model, loss_fn, x, y, stress=None):
+    """Driver: the learner's per-example gradients (x as `stress` hands it over) and how often the model ran."""
     model.calls = 0
     with torch.enable_grad():
-        result = student(model, loss_fn, x, y)
+        result = student(model, loss_fn, strided(x, stress), y)
     return result, model.calls
 
 
 def check_per_sample_grads(exercise, student, kind, *, batch, loss, seed, dtype=torch.float64, device=None,
-                           vectorised=False):
+                           vectorised=False, stress=None):
     """A dict {name: (N, *param.shape)} for every parameter that requires grad, entry i the gradient of
-    example i's loss; with `vectorised`, also fewer forward calls than examples (no Python loop)."""
+    example i's loss; with `vectorised`, also fewer forward calls than examples (no Python loop).
+    `stress`: "batch-of-one" (a name for batch=1) or "non-contiguous" (x reaches the answer strided)."""
+    with stressed(exercise, stress, what="x"):
+        _check_per_sample(exercise, student, kind, batch, loss, seed, dtype, device, vectorised, stress)
+
+
+def _check_per_sample(exercise, student, kind, batch, loss, seed, dtype, device, vectorised, stress):
     device = device or get_device()
     model = counting_model(kind, seed=seed, dtype=dtype, device=device)
     x, y = per_sample_inputs(kind, batch, loss, seed=seed + 10, dtype=dtype, device=device)
@@ -89,8 +96,8 @@ def check_per_sample_grads(exercise, student, kind, *, batch, loss, seed, dtype=
     expected = loop_of_single_example_grads(copy.deepcopy(model), LOSSES[loss], x, y)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     try:
-        got, calls = checks.call_student(exercise, run_per_sample, student, model, LOSSES[loss], x, y,
-                                         names=["per_sample_grads", "model", "loss_fn", "x", "y"])
+        got, calls = checks.call_student(exercise, run_per_sample, student, model, LOSSES[loss], x, y, stress,
+                                         names=["per_sample_grads", "model", "loss_fn", "x", "y", "stress"])
     except GradingError as err:
         shapes = any(words in str(err) for words in ("shape", "size of tensor", "Expected", "dimension"))
         hint = ("\n  the model sees one example at a time: inside vmap, x_i has lost its batch dimension; "

@@ -4,16 +4,20 @@ First order: forward against the formula, backward called directly with autograd
 order: the gradient taken with create_graph=True is differentiated again and compared with the
 formula's second derivative, then gradcheck and gradgradcheck run (float64); each failure names the
 rule of differentiable backwards that was broken (a cut history, an intermediate saved from forward,
-an in-place edit, @once_differentiable), as the notebook's section 4 runs them.
+an in-place edit, @once_differentiable), as the notebook's section 4 runs them. A case made by
+`smooth_abs_special_points` runs both orders at the battery's special points (0, tiny, ±1, ±large),
+where a formula that equals x / sqrt(x^2 + eps^2) but passes through sqrt(0) or 0/0 has a derivative
+of NaN.
 """
 import dataclasses
 
 import torch
 
 from autograder import checks
+from autograder.checks import battery
 from autograder.checks.compare import fail
 from autograder.checks.function_class import check_function_class
-from autograder.checks.higher_order.common import LOOSE, close, is_tensor
+from autograder.checks.higher_order.common import LOOSE, close, is_tensor, stressed
 from autograder.learner import inputs
 from autograder.learner.device import get_device
 
@@ -30,6 +34,14 @@ def smooth_abs_case(shape, *, eps, seed, dtype=torch.float64, device=None, scale
     return {"x": inputs.randn(*shape, seed=seed, dtype=dtype, device=device, scale=scale), "eps": eps,
             "g": inputs.randn(*shape, seed=seed + 1, dtype=dtype, device=device),
             "gg": inputs.randn(*shape, seed=seed + 2, dtype=dtype, device=device)}
+
+
+def smooth_abs_special_points(*, eps, seed, dtype=torch.float64, device=None):
+    """A case at the battery's special points of sqrt(x^2 + eps^2): 0, ±1e-30, ±1e-8, ±1, ±1e4."""
+    device = device or get_device()
+    x = battery.special_points(dtype=dtype, device=device)
+    return {"x": x, "eps": eps, "g": inputs.randn(*x.shape, seed=seed, dtype=dtype, device=device),
+            "gg": inputs.randn(*x.shape, seed=seed + 1, dtype=dtype, device=device), "stress": "special-points"}
 
 
 def _apply(cls, x, eps):
@@ -69,24 +81,30 @@ def check_smooth_abs(exercise, cls, cases):
     autograd refused, returns (grad_out x / sqrt(x^2 + eps^2), None)."""
     check_function_class(exercise, cls)
     for case in cases:
-        x, eps, g = case["x"], case["eps"], case["g"]
-        shown = {"x": x, "eps": "omitted (default 1e-3)" if eps is None else eps, "grad_out": g}
-        run = checks.call_student(exercise, run_first_order, cls, x, eps, g, names=["SmoothAbs", "x", "eps", "g"],
-                                  no_autograd=True)
-        if not isinstance(run, FirstOrderRun) or not is_tensor(run.out):
-            fail(exercise, f"forward should return a tensor, got {checks.describe(getattr(run, 'out', run))}", shown)
-        if not run.own_node:
-            fail(exercise, "the output's grad_fn is not SmoothAbs's backward: return forward's result itself and "
-                  "call the class through SmoothAbs.apply", shown)
-        value, first, _ = _expected_smooth_abs(x, eps)
-        close(exercise, run.out, value, shown=shown, name="forward output")
-        grads = run.grads
-        if not isinstance(grads, (tuple, list)) or len(grads) != 2:
-            fail(exercise, f"backward should return two values, the gradient of x and None for eps (one per input "
-                  f"of forward), got {checks.describe(grads)}", shown)
-        if grads[1] is not None:
-            fail(exercise, "backward should return None for eps, a Python number", shown)
-        close(exercise, grads[0], g * first, shown=shown, name="the gradient of x from your backward")
+        with stressed(exercise, case.get("stress")):
+            _check_first_order(exercise, cls, case)
+
+
+def _check_first_order(exercise, cls, case):
+    """One case of `check_smooth_abs`."""
+    x, eps, g = case["x"], case["eps"], case["g"]
+    shown = {"x": x, "eps": "omitted (default 1e-3)" if eps is None else eps, "grad_out": g}
+    run = checks.call_student(exercise, run_first_order, cls, x, eps, g, names=["SmoothAbs", "x", "eps", "g"],
+                              no_autograd=True)
+    if not isinstance(run, FirstOrderRun) or not is_tensor(run.out):
+        fail(exercise, f"forward should return a tensor, got {checks.describe(getattr(run, 'out', run))}", shown)
+    if not run.own_node:
+        fail(exercise, "the output's grad_fn is not SmoothAbs's backward: return forward's result itself and "
+              "call the class through SmoothAbs.apply", shown)
+    value, first, _ = _expected_smooth_abs(x, eps)
+    close(exercise, run.out, value, shown=shown, name="forward output")
+    grads = run.grads
+    if not isinstance(grads, (tuple, list)) or len(grads) != 2:
+        fail(exercise, f"backward should return two values, the gradient of x and None for eps (one per input "
+              f"of forward), got {checks.describe(grads)}", shown)
+    if grads[1] is not None:
+        fail(exercise, "backward should return None for eps, a Python number", shown)
+    close(exercise, grads[0], g * first, shown=shown, name="the gradient of x from your backward")
 
 
 @dataclasses.dataclass
@@ -151,36 +169,51 @@ def check_smooth_abs_double_backward(exercise, cls, cases):
     (float64). Each failure names the rule of differentiable backwards that was broken."""
     check_function_class(exercise, cls)
     for case in cases:
-        x, eps, g, gg = case["x"], case["eps"], case["g"], case["gg"]
-        shown = {"x": x, "eps": "omitted (default 1e-3)" if eps is None else eps, "grad_out": g,
-                 "direction of the second derivative": gg}
-        run = checks.call_student(exercise, run_second_order, cls, x, eps, g, gg, x.dtype == torch.float64,
-                                  names=["SmoothAbs", "x", "eps", "g", "gg", "gradchecks"])
-        if not isinstance(run, SecondOrderRun):
-            fail(exercise, f"no readable answer came back from your notebook: {checks.describe(run)}", shown)
-        if run.raised is not None:
-            fail(exercise, f"differentiating your backward raised {run.raised.splitlines()[0]}", shown,
-                  f"  {_rule_for(run.raised) or RULE}")
-        _, first, second = _expected_smooth_abs(x, eps)
-        close(exercise, run.first, g * first, shown=shown, name="the gradient of x (create_graph=True)")
-        if not run.first_has_graph:
-            fail(exercise, "the gradient your backward returns has no graph, even with create_graph=True, so it "
-                  "cannot be differentiated again (autograd's second derivative is lost)", shown,
-                  f"  {RULE}: no .detach(), no torch.no_grad(), no .item() or NumPy round trip, no "
-                  "@once_differentiable")
-        if run.second is None:
-            fail(exercise, "the gradient your backward returns does not depend on x in autograd's record", shown,
-                  f"  {RULE}: x must come from ctx.saved_tensors, not from a detached copy")
-        expected_second = g * gg * second
-        rtol, atol = LOOSE[x.dtype]
-        if not torch.allclose(run.second.to(x.dtype), expected_second, rtol=rtol, atol=atol):
-            fail(exercise, "the first derivative is right but its derivative (the second derivative of "
-                  "sqrt(x^2 + eps^2)) is wrong", shown,
-                  "  forward runs without recording, so a tensor it computes and saves (1 / sqrt(x^2 + eps^2), "
-                  "say) has no history: backward sees it as a constant. The rule: save only inputs and outputs "
-                  "(ctx.save_for_backward(x) or the output) and recompute intermediates in backward from them\n"
-                  f"  expected along gg: {checks.describe(expected_second)}\n  got: {checks.describe(run.second)}")
-        if run.verdict is not None:
-            check, error, first_line = run.verdict
-            rule = _rule_for(first_line) or RULE
-            fail(exercise, f"{check} failed: {error}: {first_line}", shown, f"  {rule}")
+        with stressed(exercise, case.get("stress")):
+            _check_second_order(exercise, cls, case)
+
+
+def _check_second_order(exercise, cls, case):
+    """One case of `check_smooth_abs_double_backward`."""
+    x, eps, g, gg = case["x"], case["eps"], case["g"], case["gg"]
+    shown = {"x": x, "eps": "omitted (default 1e-3)" if eps is None else eps, "grad_out": g,
+             "direction of the second derivative": gg}
+    run = checks.call_student(exercise, run_second_order, cls, x, eps, g, gg, x.dtype == torch.float64,
+                              names=["SmoothAbs", "x", "eps", "g", "gg", "gradchecks"])
+    if not isinstance(run, SecondOrderRun):
+        fail(exercise, f"no readable answer came back from your notebook: {checks.describe(run)}", shown)
+    if run.raised is not None:
+        fail(exercise, f"differentiating your backward raised {run.raised.splitlines()[0]}", shown,
+              f"  {_rule_for(run.raised) or RULE}")
+    _, first, second = _expected_smooth_abs(x, eps)
+    close(exercise, run.first, g * first, shown=shown, name="the gradient of x (create_graph=True)")
+    if not run.first_has_graph:
+        fail(exercise, "the gradient your backward returns has no graph, even with create_graph=True, so it "
+              "cannot be differentiated again (autograd's second derivative is lost)", shown,
+              f"  {RULE}: no .detach(), no torch.no_grad(), no .item() or NumPy round trip, no "
+              "@once_differentiable")
+    if run.second is None:
+        fail(exercise, "the gradient your backward returns does not depend on x in autograd's record", shown,
+              f"  {RULE}: x must come from ctx.saved_tensors, not from a detached copy")
+    expected_second = g * gg * second
+    broken = ~torch.isfinite(run.second) & torch.isfinite(expected_second)
+    if broken.any():
+        where = broken.nonzero()[0].tolist()
+        fail(exercise, f"the derivative of your backward is {run.second[tuple(where)].item()} at x = "
+              f"{x[tuple(where)].item():g}, where the second derivative of sqrt(x^2 + eps^2), "
+              "eps^2 / (x^2 + eps^2)^(3/2), is finite (1/eps at x = 0)", shown,
+              "  autograd differentiates the formula your backward computes, operation by operation: a formula "
+              "that equals x / sqrt(x^2 + eps^2) but passes through sqrt(0), 0/0 or sign(x) has a derivative of "
+              "NaN or inf where they do. Write it with operations that are smooth at every x")
+    rtol, atol = LOOSE[x.dtype]
+    if not torch.allclose(run.second.to(x.dtype), expected_second, rtol=rtol, atol=atol):
+        fail(exercise, "the first derivative is right but its derivative (the second derivative of "
+              "sqrt(x^2 + eps^2)) is wrong", shown,
+              "  forward runs without recording, so a tensor it computes and saves (1 / sqrt(x^2 + eps^2), "
+              "say) has no history: backward sees it as a constant. The rule: save only inputs and outputs "
+              "(ctx.save_for_backward(x) or the output) and recompute intermediates in backward from them\n"
+              f"  expected along gg: {checks.describe(expected_second)}\n  got: {checks.describe(run.second)}")
+    if run.verdict is not None:
+        check, error, first_line = run.verdict
+        rule = _rule_for(first_line) or RULE
+        fail(exercise, f"{check} failed: {error}: {first_line}", shown, f"  {rule}")

@@ -4,6 +4,9 @@ parameter's SGD step during backward and free its gradient.
 The reference is an SGD step taken after an ordinary backward (not an answer: it registers nothing).
 The driver attaches the hooks, runs one backward, removes the handles and runs another, and returns
 the parameters and .grad flags as data, so hooks work in the kernel and the comparison happens here.
+With `create_graph=True` the first backward records itself, as a gradient penalty's does: hooks then
+run with grad mode on, and an in-place step outside torch.no_grad() is refused (the battery's
+"create-graph" stress names it).
 """
 import copy
 import dataclasses
@@ -14,7 +17,7 @@ from torch import nn
 from autograder import checks
 from autograder.checks import GradingError
 from autograder.checks.compare import fail
-from autograder.checks.higher_order.common import close
+from autograder.checks.higher_order.common import close, stressed
 from autograder.checks.toggles.models import seeded
 from autograder.learner import inputs
 from autograder.learner.device import get_device
@@ -59,8 +62,9 @@ def _loss(model, x):
     return (model(x) - 0.5).pow(2).mean()
 
 
-def run_step_in_backward(student, model, lr, x):
-    """Driver: attach, one forward and backward, then remove the handles and run another."""
+def run_step_in_backward(student, model, lr, x, create_graph=False):
+    """Driver: attach, one forward and backward (`create_graph` as given), then remove the handles and
+    run a plain one."""
     handles = student(model, lr)
     run = StepRun()
     if not isinstance(handles, (list, tuple)):
@@ -68,7 +72,7 @@ def run_step_in_backward(student, model, lr, x):
         return run
     run.handles, run.removable = len(handles), all(callable(getattr(h, "remove", None)) for h in handles)
     with torch.enable_grad():
-        _loss(model, x).backward()
+        _loss(model, x).backward(create_graph=create_graph)
     run.after_first = {n: p.detach().clone() for n, p in model.named_parameters()}
     run.grads_left = tuple(n for n, p in model.named_parameters() if p.grad is not None)
     if not run.removable:
@@ -83,14 +87,22 @@ def run_step_in_backward(student, model, lr, x):
     return run
 
 
-def check_step_in_backward(exercise, student, kind, *, lr, seed, dtype=torch.float64, device=None):
+def check_step_in_backward(exercise, student, kind, *, lr, seed, dtype=torch.float64, device=None,
+                           create_graph=False):
     """After attach_step_in_backward(model, lr) and one backward: every parameter that requires grad has
     taken p - lr * grad (as an SGD step after backward would), frozen ones have not moved, no .grad is
-    left; one handle per trainable parameter, and once they are removed backward fills .grad again."""
+    left; one handle per trainable parameter, and once they are removed backward fills .grad again.
+    With `create_graph`, the first backward is `backward(create_graph=True)`."""
+    with stressed(exercise, "create-graph" if create_graph else None):
+        _check_step(exercise, student, kind, lr, seed, dtype, device, create_graph)
+
+
+def _check_step(exercise, student, kind, lr, seed, dtype, device, create_graph):
     device = device or get_device()
     model = step_model(kind, seed=seed, dtype=dtype, device=device)
     x = inputs.randn(6, 5, seed=seed + 1, dtype=dtype, device=device)
-    shown = {"model": f"{kind}: {checks.describe(model)}", "lr": lr, "x": x}
+    shown = {"model": f"{kind}: {checks.describe(model)}", "lr": lr, "x": x,
+             "backward": "backward(create_graph=True)" if create_graph else "backward()"}
     twin = copy.deepcopy(model)
     _loss(twin, x).backward()
     trainable = [n for n, p in twin.named_parameters() if p.requires_grad]
@@ -102,8 +114,8 @@ def check_step_in_backward(exercise, student, kind, *, lr, seed, dtype=torch.flo
     twin.zero_grad(set_to_none=True)
     _loss(twin, x).backward()
     try:
-        run = checks.call_student(exercise, run_step_in_backward, student, model, lr, x,
-                                  names=["attach_step_in_backward", "model", "lr", "x"])
+        run = checks.call_student(exercise, run_step_in_backward, student, model, lr, x, create_graph,
+                                  names=["attach_step_in_backward", "model", "lr", "x", "create_graph"])
     except GradingError as err:
         late = "NoneType" in str(err)
         raise GradingError(str(err) + ("\n  a hook read a .grad that was None: does it use the parameter it is "

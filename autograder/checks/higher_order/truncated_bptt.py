@@ -4,7 +4,8 @@ and its saved memory.
 Values: literal numbers on a scalar cell (visible), the answer key on torch's RNN and GRU cells
 (hidden), with hints computed from full BPTT and from k = 1 when a gradient does not match. Memory:
 the peak saved bytes (`SavedTensorLedger`, counted in the driver, back as `SavedCounts`) for two
-sequence lengths, which separates one backward per segment from one at the end.
+sequence lengths, which separates one backward per segment from one at the end. A `stress` of the
+battery ("batch-of-one") names the input that broke an answer.
 """
 import copy
 import numbers
@@ -17,7 +18,7 @@ from autograder import checks
 from autograder.checks import GradingError
 from autograder.checks.checkpointing import SavedCounts
 from autograder.checks.compare import fail
-from autograder.checks.higher_order.common import LOOSE, close
+from autograder.checks.higher_order.common import LOOSE, close, stressed
 from autograder.checks.toggles.models import seeded
 from autograder.learner import inputs
 from autograder.learner.device import get_device
@@ -157,13 +158,21 @@ def _plain_unroll(cell, xs, targets, h0, loss_fn, detach_each_step):
 
 
 def check_tbptt(exercise, student, reference, cell_kind, *, steps, k, loss, seed, h0_requires_grad=False,
-                preset_grads=False, as_list=False, dtype=torch.float64, device=None):
+                preset_grads=False, as_list=False, dtype=torch.float64, device=None, batch=2, stress=None):
     """Total loss and gradients (the cell's, and h0's when it requires grad) against `reference` (the
-    answer key) on an identical cell; with `preset_grads` the cell's .grad starts non-zero and must be
-    added to, not replaced (zeroing is the caller's)."""
+    answer key) on an identical cell, for `batch` sequences; with `preset_grads` the cell's .grad starts
+    non-zero and must be added to, not replaced (zeroing is the caller's). `stress`: the battery's name
+    for the input ("batch-of-one" with batch=1)."""
+    with stressed(exercise, stress):
+        _check_against_key(exercise, student, reference, cell_kind, steps, k, loss, seed, h0_requires_grad,
+                           preset_grads, as_list, dtype, device, batch)
+
+
+def _check_against_key(exercise, student, reference, cell_kind, steps, k, loss, seed, h0_requires_grad, preset_grads,
+                       as_list, dtype, device, batch):
     device = device or get_device()
     cell = rnn_cell(cell_kind, seed=seed, dtype=dtype, device=device)
-    xs, targets, h0 = sequence(loss, steps, seed=seed + 10, dtype=dtype, device=device, as_list=as_list)
+    xs, targets, h0 = sequence(loss, steps, seed=seed + 10, batch=batch, dtype=dtype, device=device, as_list=as_list)
     fn = TBPTT_LOSSES[loss]
 
     def reference_run(truncation):  # on a copy of the cell with empty .grad, and a fresh h0
