@@ -7,6 +7,11 @@ must be rejected with a message saying so: a VJP that secretly asks autograd (`t
 `Tensor.backward`, `torch.func.vjp`), one that calls PyTorch's own backward kernel
 (`torch.ops.aten.*_backward`), one that builds a Jacobian (or per-example outer products), an
 `unbroadcast` that calls `Tensor.sum_to_size`, a log-sum-exp forward that calls `torch.logsumexp`.
+And answers that are right on friendly inputs but break on the battery's (`autograder.checks.battery`),
+each rejected with a message that names the stress: an in-place write into an expanded `g` or `x`, a
+`.view` on a strided input, a `.squeeze(0)` that drops a batch of one, a one-pass variance in float32
+rows of large mean, a division by a probability that underflowed (log-softmax through softmax, the
+sigmoid's derivative through e^-x), a log-sum-exp shifted by the mean (-inf entries).
 
 Functions carry their imports. The first wrong entry of `StableLogSumExp` (the first graded name in
 sorted order) is a plain class with imports inside its methods: the nbgrader end-to-end test pastes
