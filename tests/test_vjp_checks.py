@@ -610,3 +610,30 @@ def test_the_grade_cells_in_trusted_mode_give_the_plain_messages():
         routed = mutation.run_grade_cells("03_vjp", name, wrong, trusted_mode=True)
         assert {k: str(v) for k, v in routed.items()} == {k: str(v) for k, v in plain.items()}
         assert any(isinstance(v, GradingError) for v in routed.values())
+
+
+STRESSED_CELL = """
+from autograder.checks import vjps as vc
+vc.check_vjp("vjp_relu", vjp_relu, [vc.relu_case((3, 4), seed=70),
+                                    vc.relu_case((4, 5), seed=71, expand=("g",)),
+                                    vc.stressed(vc.relu_case((2, 3, 4), seed=72), "non-contiguous", ("x", "g"))])
+"""
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_expanded_and_strided_inputs_reach_the_learners_code_as_they_are(trusted):
+    """In trusted grading the inputs are pickled into the kernel: they must arrive expanded and strided
+    (with the contiguous twin of each first), or the stresses would test nothing there."""
+    def spy(x, g):
+        seen.append((vc.is_expanded(g), g.is_contiguous(), x.is_contiguous()))
+        return g * (x > 0)
+
+    seen = []
+    if trusted:
+        err, _answers = run_trusted(STRESSED_CELL, "vjp_relu", spy)
+        assert err is None
+    else:
+        exec(STRESSED_CELL, {"vjp_relu": spy})
+    assert seen == [(False, True, True),                          # contiguous
+                    (False, True, True), (True, False, True),      # expanded g after its twin
+                    (False, True, True), (False, False, False)]    # strided x, g after their twin
