@@ -136,6 +136,15 @@ class SmoothAbsOneGradient(_SmoothAbsBase):
         return grad_out * x / torch.sqrt(x * x + ctx.eps ** 2)
 
 
+@wrong_("SmoothAbs", "backward as sign(x) sqrt(1 - eps^2 / (x^2 + eps^2)): the right slope, whose derivative is "
+                    "NaN at x = 0 (sqrt of 0 times the zero derivative of sign)", says="fails for the special points")
+class SmoothAbsSignTimesRoot(_SmoothAbsBase):
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return grad_out * torch.sign(x) * torch.sqrt(1 - ctx.eps ** 2 / (x * x + ctx.eps ** 2)), None
+
+
 @right_("SmoothAbs", "saves the output and divides by it (an output carries its history into backward)")
 class SmoothAbsSavesOutput(torch.autograd.Function):
     @staticmethod
@@ -243,6 +252,35 @@ def hvp_directional(f, x, v):
     return (g * v).sum()
 
 
+@wrong_("hvp", "the dot product g.view(-1) @ v.view(-1): .view raises for a strided x or v",
+        says=".view needs contiguous memory")
+def hvp_view_dot(f, x, v):
+    import torch
+    x = x.detach().requires_grad_(True)
+    y = f(x)
+    if not y.requires_grad:
+        return torch.zeros_like(x)
+    (g,) = torch.autograd.grad(y, x, create_graph=True, allow_unused=True)
+    if g is None or not g.requires_grad:
+        return torch.zeros_like(x)
+    (hv,) = torch.autograd.grad(g.view(-1) @ v.view(-1), x, allow_unused=True)
+    return torch.zeros_like(x) if hv is None else hv
+
+
+@right_("hvp", "the dot product g.reshape(-1) @ v.reshape(-1), then its gradient")
+def hvp_reshape_dot(f, x, v):
+    import torch
+    x = x.detach().requires_grad_(True)
+    y = f(x)
+    if not y.requires_grad:
+        return torch.zeros_like(x)
+    (g,) = torch.autograd.grad(y, x, create_graph=True, allow_unused=True)
+    if g is None or not g.requires_grad:
+        return torch.zeros_like(x)
+    (hv,) = torch.autograd.grad(g.reshape(-1) @ v.reshape(-1), x, allow_unused=True)
+    return torch.zeros_like(x) if hv is None else hv
+
+
 @right_("hvp", "backward(v) through the gradient's graph, read from x.grad")
 def hvp_backward_into_grad(f, x, v):
     import torch
@@ -348,6 +386,30 @@ def gp_sum(critic, real, fake, alpha):
     return ((slope.flatten(1).norm(dim=1) - 1) ** 2).sum()
 
 
+@wrong_("gradient_penalty", "scores squeezed to (N,), grad_outputs=torch.ones(N): a batch of one squeezes to a "
+                            "scalar and the shapes no longer match", says="fails for a batch of one")
+def gp_squeezed_scores(critic, real, fake, alpha):
+    import torch
+    a = torch.as_tensor(alpha, dtype=real.dtype, device=real.device)
+    a = a.reshape(-1, *[1] * (real.dim() - 1)) if a.dim() else a
+    x_hat = (a * real + (1 - a) * fake).detach().requires_grad_(True)
+    scores = critic(x_hat).squeeze()
+    ones = torch.ones(len(real), dtype=real.dtype, device=real.device)
+    (slope,) = torch.autograd.grad(scores, x_hat, grad_outputs=ones, create_graph=True)
+    return ((slope.flatten(1).norm(dim=1) - 1) ** 2).mean()
+
+
+@wrong_("gradient_penalty", "slope.norm(dim=1) without flattening: one example's norm only for inputs of shape (N, D)",
+        says="norm over dimension 1 only")
+def gp_norm_over_dimension_one(critic, real, fake, alpha):
+    import torch
+    a = torch.as_tensor(alpha, dtype=real.dtype, device=real.device)
+    a = a.reshape(-1, *[1] * (real.dim() - 1)) if a.dim() else a
+    x_hat = (a * real + (1 - a) * fake).detach().requires_grad_(True)
+    (slope,) = torch.autograd.grad(critic(x_hat).sum(), x_hat, create_graph=True)
+    return ((slope.norm(dim=1) - 1) ** 2).mean()
+
+
 @wrong_("gradient_penalty", "imports the course's answer key instead of writing it")
 def gp_imports_the_key(critic, real, fake, alpha):
     from autograder.grader.keys import answer_key
@@ -364,6 +426,18 @@ def gp_vector_norm(critic, real, fake, alpha):
     (slope,) = torch.autograd.grad(scores, x_hat, grad_outputs=torch.ones_like(scores), create_graph=True)
     norms = torch.linalg.vector_norm(slope, dim=tuple(range(1, slope.dim())))
     return torch.mean((norms - 1) ** 2)
+
+
+@right_("gradient_penalty", "scores squeezed along their last dimension only, grad_outputs=torch.ones(N)")
+def gp_squeeze_last(critic, real, fake, alpha):
+    import torch
+    a = torch.as_tensor(alpha, dtype=real.dtype, device=real.device)
+    a = a.reshape(-1, *[1] * (real.dim() - 1)) if a.dim() else a
+    x_hat = (a * real + (1 - a) * fake).detach().requires_grad_(True)
+    scores = critic(x_hat).squeeze(-1)
+    ones = torch.ones(len(real), dtype=real.dtype, device=real.device)
+    (slope,) = torch.autograd.grad(scores, x_hat, grad_outputs=ones, create_graph=True)
+    return ((slope.reshape(len(real), -1).norm(dim=1) - 1) ** 2).mean()
 
 
 @right_("gradient_penalty", "torch.func: vmap over the examples of grad of one example's score")
@@ -532,6 +606,17 @@ def asib_zeroes(model, lr):
         with torch.no_grad():
             p -= lr * p.grad
         p.grad.zero_()
+
+    return [p.register_post_accumulate_grad_hook(step) for p in model.parameters() if p.requires_grad]
+
+
+@wrong_("attach_step_in_backward", "the step without torch.no_grad(): fine in a plain backward, refused when "
+                                   "backward(create_graph=True) runs the hooks with grad mode on",
+        says="fails for backward(create_graph=True)")
+def asib_no_no_grad(model, lr):
+    def step(p):
+        p.sub_(lr * p.grad)
+        p.grad = None
 
     return [p.register_post_accumulate_grad_hook(step) for p in model.parameters() if p.requires_grad]
 
