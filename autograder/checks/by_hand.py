@@ -41,10 +41,10 @@ import functools
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from autograder import checks
 from autograder.checks import GradingError, battery
+from autograder.checks.op_watch import OpWatch
 from autograder.learner import inputs
 from autograder.learner.device import get_device
 
@@ -143,24 +143,6 @@ def _bn_forward(h, gamma, beta, eps, slip=None):
 
 
 # --- running an answer --------------------------------------------------------------------------------
-class _KernelWatch(TorchDispatchMode):
-    """Remember the first ATen op whose name contains one of FORBIDDEN_KERNELS."""
-
-    @classmethod
-    def _should_skip_dynamo(cls):
-        return False  # keep __torch_dispatch__ unwrapped: wrapping imports torch._dynamo, mid-grading
-
-    def __init__(self):
-        super().__init__()
-        self.used = None
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name
-        if self.used is None and any(word in name for word in FORBIDDEN_KERNELS):
-            self.used = name
-        return func(*args, **(kwargs or {}))
-
-
 def _private(value):
     """A copy of the tensors in `value` (nested in dicts, lists and tuples); anything else as it is."""
     if isinstance(value, torch.Tensor):
@@ -180,7 +162,7 @@ def guarded(exercise, fn, args, shown, driver=None):
     private = _private(list(args))
 
     def run():
-        watch = _KernelWatch()
+        watch = OpWatch(lambda name: any(word in name for word in FORBIDDEN_KERNELS))
         with torch.no_grad(), watch:  # no graph either: a node's backward cannot be called by hand
             result = fn(*private) if driver is None else driver(fn, *private)
         if watch.used:

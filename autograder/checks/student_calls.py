@@ -154,6 +154,24 @@ def _qualified(thing) -> str:
 
 
 @contextlib.contextmanager
+def profiled(callback):
+    """Run the block with `callback(frame, event, arg)` called on every Python and C call (sys.setprofile).
+    Watches nest: the one that was there before keeps receiving every call, and is back afterwards."""
+    previous = sys.getprofile()
+
+    def chained(frame, event, arg):
+        callback(frame, event, arg)
+        if previous is not None:
+            previous(frame, event, arg)
+
+    sys.setprofile(chained)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
+
+
+@contextlib.contextmanager
 def forbidden(exercise, *things, inputs=None):
     """Fail the exercise if the block calls any of `things` (PyTorch's or the course's versions of
     what it must build).
@@ -164,28 +182,22 @@ def forbidden(exercise, *things, inputs=None):
     """
     by_place = {_place(code): thing for thing in things for code in _code_objects(thing)}
     used = []
-    previous = sys.getprofile()
 
     def watch(frame, event, arg):
         if event == "call" and not used and (frame.f_code.co_filename, frame.f_code.co_firstlineno) in by_place:
             used.append(by_place[_place(frame.f_code)])
-        if previous is not None:  # an outer watch (a nested `forbidden`) keeps watching
-            previous(frame, event, arg)
 
     def report():
         fail(exercise, f"called {_qualified(used[0])}: this exercise asks you to build that yourself "
                         "rather than call it", inputs)
 
-    sys.setprofile(watch)
     try:
-        yield
+        with profiled(watch):
+            yield
     except BaseException:
         if used:  # the forbidden call is the news, not whatever went wrong after it
-            sys.setprofile(previous)
             report()
         raise
-    finally:
-        sys.setprofile(previous)
     if used:
         report()
 

@@ -12,14 +12,15 @@ import torch
 
 from autograder import checks
 from autograder.checks import battery
+from autograder.checks.op_watch import storage_bytes
 from autograder.checks.vjps.cases import private_copy, tolerances
-from autograder.checks.vjps.watch import ALLOCATION_FACTOR, ALLOCATION_FLOOR, _nbytes, watched
+from autograder.checks.vjps.watch import ALLOCATION_FACTOR, ALLOCATION_FLOOR, watched
 
 
 def _allocation_limit(values, broadcast_bytes=0):
     """The largest tensor a VJP may allocate: ALLOCATION_FACTOR times its largest input (or input
     broadcast against the others), at least ALLOCATION_FLOOR bytes."""
-    largest = max((max(_nbytes(v), v.numel() * v.element_size()) for v in values if isinstance(v, torch.Tensor)),
+    largest = max((max(storage_bytes(v), v.numel() * v.element_size()) for v in values if isinstance(v, torch.Tensor)),
                   default=0)  # an expanded input counts the elements it shows
     return max(ALLOCATION_FACTOR * max(largest, broadcast_bytes), ALLOCATION_FLOOR)
 

@@ -8,12 +8,10 @@ hook sees every C function the answer calls, however it was bound, for the few t
 exercise's whole work in one call but decompose before reaching ATen (`Tensor.sum_to_size`).
 """
 import contextlib
-import sys
-
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from autograder import checks
+from autograder.checks.op_watch import OpWatch
+from autograder.checks.student_calls import profiled
 
 ALLOCATION_FACTOR = 4      # a VJP may allocate tensors up to this many times its largest input...
 ALLOCATION_FLOOR = 4096    # ...or this many bytes, whichever is larger
@@ -21,37 +19,6 @@ BACKWARD_KERNEL_HINT = "backward"  # ATen ops whose name contains this are PyTor
 
 
 # --- guards --------------------------------------------------------------------------------------
-def _nbytes(t):
-    try:
-        return t.untyped_storage().nbytes()
-    except (RuntimeError, NotImplementedError):
-        return t.numel() * t.element_size()
-
-
-class _OpWatch(TorchDispatchMode):
-    """Record the first forbidden ATen op and the largest storage any op allocates."""
-
-    @classmethod
-    def _should_skip_dynamo(cls):
-        return False  # keep __torch_dispatch__ unwrapped: wrapping imports torch._dynamo (seconds), mid-grading
-
-    def __init__(self, forbidden_ops):
-        super().__init__()
-        self.forbidden_ops = tuple(forbidden_ops)
-        self.used = None
-        self.largest = (0, None)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name
-        if self.used is None and (BACKWARD_KERNEL_HINT in name or name in self.forbidden_ops):
-            self.used = name
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor) and _nbytes(t) > self.largest[0]:
-                self.largest = (_nbytes(t), tuple(t.shape))
-        return out
-
-
 def human_bytes(n):
     """'1.5 MiB': a byte count in binary units."""
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
@@ -72,16 +39,11 @@ def watched(exercise, shown, *, forbidden_ops=(), forbidden_calls=(), limit_byte
         if event == "c_call" and not called and getattr(arg, "__name__", None) in forbidden_calls:
             called.append(arg.__name__)
 
-    watch = _OpWatch(forbidden_ops)
-    previous = sys.getprofile()
-    if forbidden_calls:
-        sys.setprofile(profile)
+    watch = OpWatch(lambda name: BACKWARD_KERNEL_HINT in name or name in forbidden_ops)
     try:
-        with watch:
+        with profiled(profile) if forbidden_calls else contextlib.nullcontext(), watch:
             yield
     finally:
-        if forbidden_calls:
-            sys.setprofile(previous)
         _report(exercise, shown, watch, called, limit_bytes)
 
 
