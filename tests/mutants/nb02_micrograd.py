@@ -357,6 +357,49 @@ class ValueExpFromInput(AltValue):
         return self._make(math.exp(self.data), (self,), "exp", (self.data,))
 
 
+@wrong_("Value", "tanh as (e^2x - 1) / (e^2x + 1), as in the micrograd lecture: OverflowError once e^2x passes "
+        "a Python float's range (x > 354)", says="the special points of the function")
+class ValueTanhFromExp(AltValue):
+    def tanh(self):
+        import math
+        e = math.exp(2 * self.data)
+        t = (e - 1) / (e + 1)
+        return self._make(t, (self,), "tanh", (1 - t * t,))
+
+
+@wrong_("Value", "tanh as (e^x - e^-x) / (e^x + e^-x): OverflowError at |x| > 709",
+        says="the special points of the function")
+class ValueTanhFromSinhCosh(AltValue):
+    def tanh(self):
+        import math
+        up, down = math.exp(self.data), math.exp(-self.data)
+        t = (up - down) / (up + down)
+        return self._make(t, (self,), "tanh", (1 - t * t,))
+
+
+@wrong_("Value", "tanh's derivative as 1 / cosh(x)**2: OverflowError at |x| > 710",
+        says="the special points of the function")
+class ValueTanhDerivativeFromCosh(AltValue):
+    def tanh(self):
+        import math
+        return self._make(math.tanh(self.data), (self,), "tanh", (1 / math.cosh(self.data) ** 2,))
+
+
+@wrong_("Value", "relu's derivative 1 where x >= 0: 1 at the kink, where PyTorch has 0",
+        says="the special points of the function")
+class ValueReluOneAtZero(AltValue):
+    def relu(self):
+        return self._make(max(self.data, 0.0), (self,), "ReLU", (1.0 if self.data >= 0 else 0.0,))
+
+
+@wrong_("Value", "** derivative from the output, k * out / x: ZeroDivisionError at x = 0",
+        says="the special points of the function")
+class ValuePowFromOutput(AltValue):
+    def __pow__(self, k):
+        out = self.data ** k
+        return self._make(out, (self,), f"**{k}", (k * out / self.data,))
+
+
 @wrong_("Value", "backward() follows the order the course's snapshot walk finds nodes in (not topological)")
 class ValueSnapshotOrder(AltValue):
     def backward(self):
@@ -449,7 +492,7 @@ class MicroValue:
 
     def tanh(self):
         import math
-        out = MicroValue((math.exp(2 * self.data) - 1) / (math.exp(2 * self.data) + 1), (self,), 'tanh')
+        out = MicroValue(math.tanh(self.data), (self,), 'tanh')
 
         def _backward():
             self.grad += (1 - out.data**2) * out.grad
