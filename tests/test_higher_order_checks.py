@@ -627,3 +627,93 @@ def test_a_batch_of_one_passes_a_correct_per_sample_and_tbptt_answer():
     ho.check_tbptt("g", tbptt_backward, KEY.tbptt_backward, "gru", steps=5, k=2, loss="classes", seed=7, batch=1,
                    stress="batch-of-one")
 
+
+# --- what the notebook's prose claims, run here too ------------------------------------------------------------
+def test_hvp_keeps_the_memory_of_a_gradient_not_of_x():
+    """Section 2.3: the peak of saved bytes follows the function's graph (W's rows), not x, and is a little
+    more than one plain gradient's: no n x n matrix, and not the memory of x either."""
+    from autograder.learner.memory import SavedTensorLedger
+
+    def peak(run):
+        with SavedTensorLedger() as ledger:
+            run()
+        return ledger.peak_bytes
+
+    def plain_gradient(f, t):
+        t = t.detach().requires_grad_(True)
+        return torch.autograd.grad(f(t), t)[0]
+
+    x, v = torch.randn(8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
+    peaks = []
+    for rows in (10, 1_000, 10_000):
+        W = torch.randn(rows, 8, dtype=torch.float64)
+        f = lambda t, W=W: torch.logsumexp(W @ torch.tanh(t), 0)  # noqa: E731
+        product, gradient = peak(lambda: hvp(f, x, v)), peak(lambda: plain_gradient(f, x))
+        assert W.nbytes < product and 1 < product / gradient < 1.5, (rows, product, gradient)
+        peaks.append(product)
+    assert peaks[0] > x.nbytes and peaks[2] > 100 * peaks[0]
+
+
+def critic_first_layer_grad(backward):
+    """Section 4: the gradient a penalty on a two-layer critic's input slope sends to its first layer, with a
+    Function between the layers whose backward is `backward` (log(1 + x^2), derivative 2x / (1 + x^2))."""
+    class Between(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.log1p(x * x)
+
+    Between.backward = staticmethod(backward)
+    torch.manual_seed(9)
+    inner, outer = torch.nn.Linear(3, 8).double(), torch.nn.Linear(8, 1).double()
+    points = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    (slope,) = torch.autograd.grad(outer(Between.apply(inner(points))).sum(), points, create_graph=True)
+    ((slope.flatten(1).norm(dim=1) - 1) ** 2).mean().backward()
+    return inner.weight.grad
+
+
+def test_inside_a_model_a_cut_backward_is_silently_wrong_and_once_differentiable_raises():
+    def right(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 2 * x / (1 + x * x)
+
+    def detached(ctx, g):
+        x = ctx.saved_tensors[0].detach()
+        return g * 2 * x / (1 + x * x)
+
+    def no_grad(ctx, g):
+        with torch.no_grad():
+            return right(ctx, g)
+
+    truth = critic_first_layer_grad(right)
+    for cut in (detached, no_grad):
+        assert not torch.allclose(critic_first_layer_grad(cut), truth)  # no error, a wrong gradient
+    with pytest.raises(RuntimeError, match="trying to differentiate twice a function that was marked with "
+                                           "@once_differentiable"):
+        critic_first_layer_grad(torch.autograd.function.once_differentiable(right))
+
+
+def test_the_last_layers_gradients_are_complete_first_and_ddp_says_it_overlaps():
+    """Section 5.2: post-accumulate-grad hooks of the last Linear fire before the first Linear's module hook,
+    and the installed DistributedDataParallel documents the overlap the notebook quotes."""
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    events = []
+    mlp[0].register_full_backward_hook(lambda *args: events.append("layer 0 done"))
+    mlp[2].weight.register_post_accumulate_grad_hook(lambda p: events.append("2.weight complete"))
+    mlp(torch.randn(3, 4, requires_grad=True)).sum().backward()
+    assert events == ["2.weight complete", "layer 0 done"]
+    documentation = " ".join(torch.nn.parallel.DistributedDataParallel.__doc__.split())
+    assert "can potentially overlap with backward computation" in documentation
+
+
+def test_the_derive_questions_answers_are_what_autograd_computes():
+    from autograder.learner import quiz_schema
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(x[0] ** 2 * x[1] + x[1] ** 3, x, create_graph=True)
+    (hv,) = torch.autograd.grad(g @ torch.ones(2, dtype=torch.float64), x)
+    t = torch.tensor(0.01, dtype=torch.float64, requires_grad=True)
+    (slope,) = torch.autograd.grad(torch.sqrt(t * t + 0.01 ** 2), t, create_graph=True)
+    (curvature,) = torch.autograd.grad(slope, t)
+    for question_id, value in (("hvp-curvature-along-v", hv[1]), ("smooth-abs-second-derivative", curvature)):
+        question = quiz_schema.find_question("08_higher_order", question_id)
+        assert question.section == "derive" and question.answer == pytest.approx(value.item(), rel=1e-6)
