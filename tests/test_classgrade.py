@@ -700,7 +700,9 @@ def test_an_exchange_folder_is_size_capped_and_removed_with_its_mount(tmp_path, 
     exchange = isolation.Exchange(size_mb=4)
     assert exchange.capped
     with pytest.raises(OSError, match="No space left"):
-        (exchange.sockets / "flood").write_bytes(bytes(8 * 2**20))
+        exchange.new_file(".out", bytes(8 * 2**20))
+    with pytest.raises(OSError, match="No space left"):  # the kernel's sockets have 16 MB of their own
+        (exchange.sockets / "flood").write_bytes(bytes((isolation.IPC_MB + 1) * 2**20))
     exchange.remove()
     assert list(tmp_path.iterdir()) == [] and str(tmp_path) not in pathlib.Path("/proc/self/mounts").read_text()
 
@@ -794,9 +796,10 @@ def test_plain_mode_bounds_a_forged_partial_credit(tmp_path):
     """--plain: test cells run in the kernel, where a submission can make a test cell's last value 1000."""
     run, released = new_class(tmp_path)
     perfect = perfect_answers()
-    forged = ("import autograder.checks\n_real = autograder.checks.check_cases\n"
-              "autograder.checks.check_cases = (\n"
-              "    lambda name, *a, **k: 1000 if name == 'relu_grad' else _real(name, *a, **k))\n" + GOOD)
+    # relu_grad's test cell ends with chain_rule.check_layouts(...): its value becomes the cell's value
+    forged = ("import autograder.checks.chain_rule as _cr\n_real = _cr.check_layouts\n"
+              "_cr.check_layouts = lambda name, *a, **k: 1000 if name == 'relu_grad' else _real(name, *a, **k)\n"
+              + GOOD)
     place(tmp_path, "perfect", submission(released, perfect))
     place(tmp_path, "forged_partial_credit", submission(released, {**perfect, VICTIM: forged}))
     result = classgrade.grade_class(tmp_path, [NAME], workers=2, limits=Limits(cell_seconds=30), progress=False,
