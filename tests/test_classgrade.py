@@ -242,6 +242,13 @@ INTRUDERS = {
         "                errno.errorcode.get(ctypes.get_errno(), '?'))\n"
         "    raise PermissionError(f'namespaces and mount: {said}')", 11,
         re.escape("namespaces and mount: ['EPERM', 'EPERM', 'EPERM', 'EPERM']")),
+    # Forward-mode autograd was not among the guarded doors: a notebook 01 computed by it scored 12/12.
+    "uses_forward_mode_autograd": (
+        "import torch\n"
+        "from torch.autograd.forward_ad import dual_level, make_dual, unpack_dual\n"
+        "def relu_grad(x):\n"
+        "    with dual_level():\n"
+        "        return unpack_dual(torch.relu(make_dual(x, torch.ones_like(x)))).tangent", 11, "called autograd"),
     # A kernel cannot be stopped from patching the checks in its own process (here the guard that
     # refuses autograd): the score stands, and the line is flagged for the instructor (flags.csv).
     "switches_off_the_autograd_guard": (
