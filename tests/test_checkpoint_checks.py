@@ -1,5 +1,6 @@
 """autograder.checks.checkpointing: the independent counts agree with the hooks, PyTorch's own
 checkpointing passes every check, and the failures say what is wrong."""
+import ast
 import math
 from unittest import mock
 
@@ -145,7 +146,7 @@ def test_best_segments_accepts_every_minimiser_and_explains_a_miss():
 
 
 # --- checkpoint checks against PyTorch's own checkpoint ---------------------------------------------------
-@pytest.mark.parametrize("kind", ["single", "two", "masked", "tuple"])
+@pytest.mark.parametrize("kind", ["single", "two", "masked", "tuple", "indexed", "argmax"])
 @pytest.mark.parametrize("impl", [torch_reentrant, torch_non_reentrant])
 def test_torch_checkpoint_passes_the_gradient_check(kind, impl, device):
     cc.check_checkpoint_gradients("checkpoint", impl, kind, width=5, batch=3, seed=1, device=device, forbid=())
@@ -197,6 +198,43 @@ def test_torch_checkpoint_sequential_passes(n_blocks, segments, device):
         cc.check_sequential_gradients("checkpoint_sequential", impl, n_blocks, segments, seed=8, device=device,
                                       forbid=())
     cc.check_sequential_memory("checkpoint_sequential", reentrant, n_blocks, segments, seed=9, device=device, forbid=())
+
+
+def stated_counts():
+    """The `torch_counts` the visible checkpoint_sequential-segments test states, read from its cell."""
+    source = mutation.grade_cell_sources("06_checkpointing")["checkpoint_sequential-segments"]
+    visible = ast.parse(source.split("### BEGIN HIDDEN TESTS")[0])
+    found = [node.value for node in ast.walk(visible) if isinstance(node, ast.Assign)
+             and any(isinstance(t, ast.Name) and t.id == "torch_counts" for t in node.targets)]
+    assert len(found) == 1 and isinstance(found[0], ast.Call), "the visible test states torch_counts = dict(...) once"
+    return {keyword.arg: ast.literal_eval(keyword.value) for keyword in found[0].keywords}
+
+
+def test_the_stated_counts_of_the_visible_segments_test_are_torchs():
+    """The visible test states torch's counts on the CPU instead of running torch's checkpoint, whose first
+    call imports torch._dynamo (seconds): they must be what torch gives for that run."""
+    stated = stated_counts()
+    blocks, _, x, _ = cc._sequential_setup(8, 4, width=16, batch=32, seed=50, p=0.0, dtype=torch.float32,
+                                           device="cpu", as_sequential=False)
+    _, counts, calls = cc.run_sequential(cc.reference_sequential, blocks, 4, x, 50)
+    assert stated == {"calls": calls, "peak_bytes": counts.peak_bytes, "total_bytes": counts.total_bytes}
+    cc.check_sequential_memory("s", reentrant_sequential, 8, 4, seed=50, device="cpu", forbid=(), stated=stated)
+    with pytest.raises(GradingError, match="blocks 0-3 ran 2x, blocks 4-7 ran 1x"):  # the stated counts decide
+        cc.check_sequential_memory("s", reentrant_sequential, 8, 4, seed=50, device="cpu", forbid=(),
+                                   stated={**stated, "calls": [2] * 4 + [1] * 4})
+
+
+def test_segments_out_of_range_must_raise_value_error(device):
+    def checked(blocks, segments, x):
+        if not 1 <= segments <= len(blocks):
+            raise ValueError("segments")
+        return reentrant_sequential(blocks, segments, x)
+
+    cc.check_sequential_rejects("s", checked, 5, device=device)
+    with pytest.raises(GradingError, match="segments=0, raised ZeroDivisionError; segments must be between 1 and 5"):
+        cc.check_sequential_rejects("s", reentrant_sequential, 5, device=device)  # torch's own divides by zero
+    with pytest.raises(GradingError, match="segments=6, returned without an error"):
+        cc.check_sequential_rejects("s", lambda b, k, x: None if k else checked(b, k, x), 5, device=device)
 
 
 def test_non_reentrant_checkpoint_hides_its_recomputation_from_the_ledger():

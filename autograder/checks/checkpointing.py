@@ -17,7 +17,8 @@ it runs a block, not only on the numbers it returns. The helpers here
 The other references are PyTorch's own, computed at grading time: `torch.utils.checkpoint` with
 `use_reentrant=True`, which keeps what it keeps as saved tensors, as a `torch.autograd.Function`
 does, so that the ledger sees both sides alike (see `reference_sequential`); it is the feature the
-checkpointing exercises rebuild, and they refuse it. No reference solution lives here: this
+checkpointing exercises rebuild, and they refuse it (a visible test may state torch's counts for its one
+run on the CPU instead, see `check_sequential_memory`). No reference solution lives here: this
 package is installed on learners' machines. Student code runs only through
 `autograder.checks.call_student` (time limit, no stderr, readable errors), with
 `torch.utils.checkpoint` forbidden however it was imported, and `saved_bytes` may not call the
@@ -167,6 +168,8 @@ class TestBlock(nn.Module):
     kind "masked":  f(x, mask, scale) = fc2(dropout(gelu(fc1(x))) * mask) * scale
                     (a tensor input that needs no grad and a Python number)
     kind "tuple":   f(x) = (x + fc2(d), d.sum(-1)) with d = dropout(gelu(fc1(x)))   (two outputs)
+    kind "indexed": f(x, idx) = (x + fc2(d))[idx]          (int64 row indices, which cannot require grad)
+    kind "argmax":  f(x) = (x + fc2(d), d.argmax(-1))       (a second output of integers, with no gradient)
     """
 
     __test__ = False  # not a pytest test class
@@ -191,7 +194,22 @@ class TestBlock(nn.Module):
             return self.fc2(d * mask) * scale
         if self.kind == "tuple":
             return x + self.fc2(d), d.sum(-1)
+        if self.kind == "indexed":
+            return (x + self.fc2(d))[extra[0]]
+        if self.kind == "argmax":
+            return x + self.fc2(d), d.argmax(-1)
         return x + self.fc2(d)
+
+
+KINDS = {  # what a failure message says about the block it ran
+    "single": "x + fc2(dropout(gelu(fc1(x))))",
+    "two": "fc2(dropout(tanh(fc1(x) + h))), two inputs that need grad",
+    "masked": "fc2(dropout(gelu(fc1(x))) * mask) * scale: a mask that needs no grad and a Python number",
+    "tuple": "(x + fc2(d), d.sum(-1)) with d = dropout(gelu(fc1(x))): two outputs",
+    "indexed": "(x + fc2(dropout(gelu(fc1(x)))))[idx]: idx holds int64 row indices, which need no grad",
+    "argmax": "(x + fc2(d), d.argmax(-1)) with d = dropout(gelu(fc1(x))): a second output of int64 indices, "
+              "which has no gradient",
+}
 
 
 def block_inputs(kind, batch, width, *, seed, device=None, dtype=torch.float64):
@@ -204,6 +222,8 @@ def block_inputs(kind, batch, width, *, seed, device=None, dtype=torch.float64):
     if kind == "masked":
         mask = (draw.randn(batch, 2 * width, seed=seed + 2, dtype=dtype, device=device) > 0).to(dtype)
         return [x, mask, 0.5]
+    if kind == "indexed":  # every row once, the first twice: its gradient adds up
+        return [x, torch.cat([torch.arange(batch - 1, -1, -1), torch.zeros(1, dtype=torch.long)]).to(device)]
     return [x]
 
 
@@ -212,8 +232,15 @@ def _as_tuple(out):
 
 
 def _upstream(outputs, seed):
+    """A seeded upstream gradient for each floating-point output (None for an integer one, which has none)."""
     from autograder.learner import inputs as draw
-    return [draw.randn(*o.shape, seed=seed + 7 * i, dtype=o.dtype, device=o.device) for i, o in enumerate(outputs)]
+    return [draw.randn(*o.shape, seed=seed + 7 * i, dtype=o.dtype, device=o.device) if o.is_floating_point() else None
+            for i, o in enumerate(outputs)]
+
+
+def _loss(outputs, seed):
+    """sum(output * upstream) over the floating-point outputs: backward from it sends each its upstream gradient."""
+    return sum((o * u).sum() for o, u in zip(outputs, _upstream(outputs, seed)) if u is not None)
 
 
 def _leaves(args):
@@ -232,7 +259,7 @@ def _plain_run(block, args, seed):
     _reset(block, args)
     torch.manual_seed(seed)
     outs = _as_tuple(block(*args))
-    sum((o * u).sum() for o, u in zip(outs, _upstream(outs, seed))).backward()
+    _loss(outs, seed).backward()
     return ([o.detach() for o in outs], [a.grad for a in _leaves(args)],
             [p.grad.clone() for p in block.parameters()])
 
@@ -244,7 +271,7 @@ def _student_forward(exercise, student, block, args, seed):
     for i, o in enumerate(outs):
         if not isinstance(o, torch.Tensor):
             raise GradingError(f"{exercise}: output {i} should be a tensor, got {checks.describe(o)}")
-        if not o.requires_grad or o.grad_fn is None:
+        if o.is_floating_point() and (not o.requires_grad or o.grad_fn is None):
             raise GradingError(
                 f"{exercise}: output {i} does not require grad, so no gradient can flow back to the inputs "
                 "and parameters: return the output of your Function's apply, not a detached tensor or one "
@@ -260,7 +287,7 @@ def check_checkpoint_gradients(exercise, student, kind, *, width, batch, seed, p
     block = TestBlock(width, seed=seed, p=p, kind=kind, device=device, dtype=dtype)
     args = block_inputs(kind, batch, width, seed=seed + 100, device=device, dtype=dtype)
     outs_ref, grads_ref, params_ref = _plain_run(block, args, seed)
-    shown = {"block": f"TestBlock(kind={kind!r}, width={width}, dropout p={p})",
+    shown = {"block": f"TestBlock {kind!r}: {KINDS[kind]} (width {width}, dropout p={p})",
              **{f"arg {i}": a for i, a in enumerate(args)}}
 
     def run_forward_backward():
@@ -268,12 +295,15 @@ def check_checkpoint_gradients(exercise, student, kind, *, width, batch, seed, p
         _reset(block, args)
         outs = _student_forward(exercise, student, block, args, seed)
         values = [o.detach().clone() for o in outs]
-        sum((o * u).sum() for o, u in zip(outs, _upstream(outs, seed))).backward()
+        _loss(outs, seed).backward()
         return values
 
     with_dropout = (" (the block has dropout: if the output matches but gradients differ, does the recompute "
                     "replay the random state the forward pass started from?)") if p else ""
-    values = checks.call_student(exercise, run_forward_backward, forbid=forbid)
+    try:
+        values = checks.call_student(exercise, run_forward_backward, forbid=forbid)
+    except GradingError as err:  # a driver has no arguments to show: say which block and inputs it ran
+        raise GradingError(f"{err}\n  on input:\n{checks.describe_inputs(shown)}") from None
     checks.expect_close(exercise, tuple(values), tuple(outs_ref), inputs=shown,
                         names=[f"forward output {i}" for i in range(len(values))])
     for i, (a, expected) in enumerate(zip(_leaves(args), grads_ref)):
@@ -489,6 +519,30 @@ def check_sequential_gradients(exercise, student, n_blocks, segments, *, width=8
                                 names=[f"the gradient of block {i}'s {name} (dropout included)"])
 
 
+def run_expecting_error(fn, *args):
+    """Driver: call fn(*args) where the learner's code runs; return the name of the exception it raised,
+    or None if it returned."""
+    try:
+        fn(*args)
+    except Exception as err:  # the learner's exception is the answer here
+        return type(err).__name__
+    return None
+
+
+def check_sequential_rejects(exercise, student, n_blocks, *, width=4, batch=2, seed=0, device=None):
+    """segments outside 1..n_blocks (0 and n_blocks + 1) raise ValueError, as the exercise asks."""
+    blocks, _, x, _ = _sequential_setup(n_blocks, 1, width=width, batch=batch, seed=seed, p=0.0,
+                                        dtype=torch.float64, device=device, as_sequential=False)
+    for segments in (0, n_blocks + 1):
+        raised = checks.call_student(exercise, run_expecting_error, student, blocks, segments, x,
+                                     names=[exercise, "blocks", "segments", "x"])
+        if raised != "ValueError":
+            raise GradingError(
+                f"{exercise}: with {n_blocks} blocks and segments={segments}, "
+                + ("returned without an error" if raised is None else f"raised {raised}")
+                + f"; segments must be between 1 and {n_blocks}: raise ValueError otherwise")
+
+
 def _segments_of(calls):
     """'blocks 0-3 ran twice, blocks 4-7 once' from per-block call counts."""
     parts, start = [], 0
@@ -501,13 +555,22 @@ def _segments_of(calls):
 
 
 def check_sequential_memory(exercise, student, n_blocks, segments, *, width=16, batch=32, seed, p=0.0,
-                            dtype=torch.float32, device=None, forbid=FORBIDDEN):
+                            dtype=torch.float32, device=None, forbid=FORBIDDEN, stated=None):
     """Same segments as torch.utils.checkpoint.checkpoint_sequential: every block runs as often as
     it does there (twice in a checkpointed segment, once in the last, plain segment), and the peak
-    and total saved bytes are within 5% of torch's (reentrant, see `reference_sequential`)."""
+    and total saved bytes are within 5% of torch's (reentrant, see `reference_sequential`).
+
+    `stated`: torch's counts for this very run on the CPU, {"calls": [...], "peak_bytes": ...,
+    "total_bytes": ...}, as a visible test states them (tests/test_checkpoint_checks.py measures that
+    they are torch's). They stand in for torch's run on the CPU only, where they were measured, so that
+    a visible test need not call torch's checkpoint, whose first call in a process imports
+    torch._dynamo (seconds); on another device torch's run is the reference."""
     blocks, _, x, shown = _sequential_setup(n_blocks, segments, width=width, batch=batch, seed=seed, p=p,
                                             dtype=dtype, device=device, as_sequential=False)
-    _, ref, ref_calls = run_sequential(reference_sequential, blocks, segments, x, seed)
+    if stated is not None and x.device.type == "cpu":
+        ref, ref_calls = SavedCounts(stated["total_bytes"], stated["peak_bytes"], 0), list(stated["calls"])
+    else:
+        _, ref, ref_calls = run_sequential(reference_sequential, blocks, segments, x, seed)
     _, ledger, calls = _student_sequential(exercise, student, blocks, segments, x, seed, shown, forbid)
     if calls != ref_calls:
         raise GradingError(

@@ -54,6 +54,18 @@ def bs_float(n_blocks):
     return float(math.floor(math.sqrt(n_blocks)))
 
 
+@wrong_("best_segments", "searches k in range(1, n_blocks), leaving out n: nothing to search for one block",
+        says="n_blocks = 1")
+def bs_range_without_n(n_blocks):
+    return min(range(1, n_blocks), key=lambda k: (k - 1) + n_blocks - (k - 1) * (n_blocks // k))
+
+
+@wrong_("best_segments", "starts at 2 segments (\"1 is no checkpointing\"): nothing to search for one block",
+        says="n_blocks = 1")
+def bs_from_two(n_blocks):
+    return min(range(2, n_blocks + 1), key=lambda k: (k - 1) + n_blocks - (k - 1) * (n_blocks // k))
+
+
 @right_("best_segments", "measures the peak with torch's checkpoint_sequential over tanh blocks")
 def bs_measured(n_blocks):
     import torch
@@ -228,6 +240,35 @@ def sb_graph_walk(fn, *inputs):
     return graph_saved_bytes(fn(*inputs))
 
 
+@wrong_("saved_bytes", "tells storages apart by t.data_ptr(), where the view starts: two views of one storage "
+                       "count twice", says="two views of one storage")
+def sb_by_data_ptr(fn, *inputs):
+    import torch
+    sizes = {}
+
+    def pack(t):
+        sizes[(t.device, t.data_ptr())] = t.untyped_storage().nbytes()
+        return t.detach()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*inputs)
+    return sum(sizes.values())
+
+
+@right_("saved_bytes", "tells storages apart by id(t.untyped_storage()): one Python object per live storage")
+def sb_by_storage_object(fn, *inputs):
+    import torch
+    sizes = {}
+
+    def pack(t):
+        sizes[id(t.untyped_storage())] = t.untyped_storage().nbytes()
+        return t.detach()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*inputs)
+    return sum(sizes.values())
+
+
 @right_("saved_bytes", "keeps the saved tensors in a list, then sums the distinct storages afterwards")
 def sb_collect_then_sum(fn, *inputs):
     import torch
@@ -275,6 +316,12 @@ def eab_one_layer(N, S, D, L, bytes_per_elem=2, const=20):
 @wrong_("estimate_activation_bytes", "quadratic in the sequence length: S * S")
 def eab_s_squared(N, S, D, L, bytes_per_elem=2, const=20):
     return N * S * S * D * L * const * bytes_per_elem
+
+
+@wrong_("estimate_activation_bytes", "int() of the product: a fractional const loses its half byte",
+        says="1,732.5")
+def eab_int(N, S, D, L, bytes_per_elem=2, const=20):
+    return int(N * S * D * L * const * bytes_per_elem)
 
 
 @right_("estimate_activation_bytes", "math.prod over the factors")
@@ -550,6 +597,57 @@ def ck_not_detached(fn, *args):
             return tuple(a.grad if t else None for a, t in zip(args, ctx.is_tensor))
 
     return Recompute.apply(*args)
+
+
+def _checkpoint_variant(every_input_needs_grad=False, every_output=False):
+    """A correct checkpoint but for one bug, chosen by the flags (the entries below)."""
+    import torch
+
+    class Recompute(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, fn, *args):
+            ctx.fn = fn
+            ctx.is_tensor = [isinstance(a, torch.Tensor) for a in args]
+            ctx.others = [None if t else a for a, t in zip(args, ctx.is_tensor)]
+            ctx.devices = sorted({a.get_device() for a in args if isinstance(a, torch.Tensor) and a.is_cuda})
+            ctx.states = (torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in ctx.devices])
+            ctx.save_for_backward(*[a for a in args if isinstance(a, torch.Tensor)])
+            return fn(*args)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            saved = iter(ctx.saved_tensors)
+            args = [(next(saved).detach().requires_grad_(every_input_needs_grad or n)) if t else o
+                    for t, o, n in zip(ctx.is_tensor, ctx.others, ctx.needs_input_grad[1:])]
+            with torch.random.fork_rng(devices=ctx.devices):
+                torch.set_rng_state(ctx.states[0])
+                for d, s in zip(ctx.devices, ctx.states[1]):
+                    torch.cuda.set_rng_state(s, d)
+                with torch.enable_grad():
+                    out = ctx.fn(*args)
+            outs = out if isinstance(out, tuple) else (out,)
+            pairs = list(zip(outs, grads)) if every_output else [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
+            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+            return (None, *[a.grad if t else None for a, t in zip(args, ctx.is_tensor)])
+
+    return Recompute
+
+
+@wrong_("checkpoint", "makes every tensor argument require grad in backward: int64 indices cannot",
+        says="int64 row indices")
+def ck_every_input_needs_grad(fn, *args):
+    return _checkpoint_variant(every_input_needs_grad=True).apply(fn, *args)
+
+
+@wrong_("checkpoint", "backpropagates through every output, an integer one (no gradient) included",
+        says="a second output of int64 indices")
+def ck_every_output(fn, *args):
+    return _checkpoint_variant(every_output=True).apply(fn, *args)
+
+
+@right_("checkpoint", "the helper of the two entries above, without their bugs")
+def ck_variant_without_bugs(fn, *args):
+    return _checkpoint_variant().apply(fn, *args)
 
 
 @wrong_("checkpoint", "calls torch.utils.checkpoint instead of building it")
@@ -923,6 +1021,48 @@ def cs_torch(blocks, segments, x):
     return torch.utils.checkpoint.checkpoint_sequential(blocks, segments, x, use_reentrant=True)
 
 
+@wrong_("checkpoint_sequential", "no check of segments: segments=0 divides by zero (ZeroDivisionError, not ValueError)",
+        says="segments=0")
+def cs_no_range_check(blocks, segments, x):
+    import torch
+
+    class Ckpt(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, run, inp):
+            ctx.run, ctx.state = run, torch.get_rng_state()
+            ctx.devices = [inp.get_device()] if inp.is_cuda else []
+            ctx.gpu = [torch.cuda.get_rng_state(d) for d in ctx.devices]
+            ctx.save_for_backward(inp)
+            return run(inp)
+
+        @staticmethod
+        def backward(ctx, g):
+            (inp,) = ctx.saved_tensors
+            inp = inp.detach().requires_grad_()
+            with torch.random.fork_rng(devices=ctx.devices), torch.enable_grad():
+                torch.set_rng_state(ctx.state)
+                for d, s in zip(ctx.devices, ctx.gpu):
+                    torch.cuda.set_rng_state(s, d)
+                out = ctx.run(inp)
+            torch.autograd.backward(out, g)
+            return None, inp.grad
+
+    def runner(part):
+        def run(t):
+            for b in part:
+                t = b(t)
+            return t
+        return run
+
+    blocks = list(blocks)
+    size = len(blocks) // segments
+    stop = 0
+    for start in range(0, size * (segments - 1), size):
+        stop = start + size
+        x = Ckpt.apply(runner(blocks[start:stop]), x)
+    return runner(blocks[stop:])(x)
+
+
 @right_("checkpoint_sequential", "precomputed segment bounds and functools.partial, its own checkpoint Function")
 def cs_partial(blocks, segments, x):
     import functools
@@ -993,6 +1133,8 @@ def cs_sequential_segments(blocks, segments, x):
             return None, inp.grad
 
     blocks = list(blocks)
+    if segments < 1 or segments > len(blocks):
+        raise ValueError(f"segments={segments} with {len(blocks)} blocks")
     size = len(blocks) // segments
     done = 0
     while done < size * (segments - 1):
