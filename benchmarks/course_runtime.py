@@ -2,8 +2,10 @@
 naming each) where a notebook took LIMIT_S or more: the course promises that every notebook runs top to
 bottom in under 30 s on a laptop CPU.
 
-Run from the repository root: `make benchmark` (or `.venv/bin/python benchmarks/course_runtime.py`).
+Run from the repository root: `make benchmark` (or `.venv/bin/python benchmarks/course_runtime.py [NAME ...]`
+for some notebooks only).
 """
+import argparse
 import os
 import pathlib
 import platform
@@ -36,8 +38,20 @@ def over_the_limit(seconds: dict) -> str:
             + ": make it faster (smaller cases, fewer steps) or move the slow part out of the notebook")
 
 
-def main() -> int:
-    notebooks = sorted((ROOT / "solutions").glob("*/*.ipynb"))
+def notebooks(names=()) -> list:
+    """Every solution notebook, and the review notebook's source, or those named."""
+    found = [*sorted((ROOT / "solutions").glob("*/*.ipynb")), *sorted((ROOT / "solutions").glob("*.ipynb"))]
+    unknown = set(names) - {path.stem for path in found}
+    if unknown:
+        raise SystemExit(f"no notebook named {', '.join(sorted(unknown))}; the course has: "
+                         f"{', '.join(path.stem for path in found)}")
+    return [path for path in found if not names or path.stem in names]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="*", help="notebook names, e.g. 03_vjp (default: every notebook)")
+    args = parser.parse_args(argv)
     device = "CUDA " + torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {device}, "
           f"Python {sys.version.split()[0]}, torch {torch.__version__}")
@@ -45,7 +59,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as workdir:
         os.environ.setdefault("COURSE_PROGRESS", str(pathlib.Path(workdir) / "progress.json"))
         os.environ.setdefault("COURSE_ROOT", str(ROOT))  # hidden tests load answer keys from the course
-        for path in notebooks:
+        for path in notebooks(args.notebooks):
             seconds[path.stem] = run(path, workdir)
             print(f"{path.stem:<24} {seconds[path.stem]:6.1f} s  (kernel start included)")
     print(f"{'total':<24} {sum(seconds.values()):6.1f} s")
