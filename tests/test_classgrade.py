@@ -695,6 +695,7 @@ def test_nothing_a_submission_started_runs_or_stays_after_grading(graded):
     assert [*pathlib.Path("/tmp").glob(pattern), *pathlib.Path("/dev/shm").glob(pattern),
             *graded.root.parent.rglob(pattern)] == []
     assert list(graded.sandboxes.iterdir()) == [], "exchange folders (and their tmpfs) outlived the run"
+    assert [*pathlib.Path("/sys/fs/cgroup").rglob("course-sandbox-*")] == [], "a kernel's control group outlived it"
     mounts = pathlib.Path("/proc/self/mounts").read_text()
     assert str(graded.sandboxes) not in mounts
 
