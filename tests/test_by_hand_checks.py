@@ -20,7 +20,7 @@ from autograder.checks import by_hand as bh
 from autograder.learner import quiz_schema
 from autograder.learner.device import available_devices
 
-QUIZ = pathlib.Path(bh.__file__).resolve().parents[1] / "learner" / "quizzes" / "07_by_hand.yaml"
+QUIZ = pathlib.Path(bh.__file__).resolve().parents[2] / "learner" / "quizzes" / "07_by_hand.yaml"
 
 
 @pytest.fixture(params=available_devices())
