@@ -199,17 +199,26 @@ def _check_against_key(exercise, student, reference, kind, batch, shape, alpha_k
         with torch.enable_grad():
             found = [(label, reference(copy.deepcopy(model), real, fake, a).detach()) for label, a in points]
             if len(shape) > 1:
-                found.append((dimension_one_label(shape), _norm_over_dimension_one(copy.deepcopy(model), real, fake,
-                                                                                   alpha)))
+                found.append((dimension_one_label(shape), _norm_over_dimension_one(reference, copy.deepcopy(model),
+                                                                                   real, fake, alpha)))
         return found
 
     _compare_penalty(exercise, model, value, expected.detach(), expected_grads, shown, hints)
 
 
-def _norm_over_dimension_one(critic_, real, fake, alpha):
-    """The penalty with slope.norm(dim=1) for the per-example norm (a slip, not the answer)."""
+def _norm_over_dimension_one(reference, critic_, real, fake, alpha):
+    """The penalty a learner gets with slope.norm(dim=1) (a slip): the reference's own penalty with
+    every position of the dimensions after 1 taken as an example of its own, so that its norm per
+    example runs over dimension 1 alone. Nothing here computes a penalty: the answer key does."""
+    n, c, rest = real.shape[0], real.shape[1], tuple(real.shape[2:])
+
+    def split(t):  # (N, C, *rest) -> (N * prod(rest), C)
+        return t.movedim(1, -1).reshape(-1, c)
+
+    def join(t):
+        return t.reshape(n, *rest, c).movedim(-1, 1)
+
     a = torch.as_tensor(alpha, dtype=real.dtype, device=real.device)
-    a = a.reshape(-1, *[1] * (real.dim() - 1)) if a.dim() else a
-    point = (a * real + (1 - a) * fake).detach().requires_grad_(True)
-    (slope,) = torch.autograd.grad(critic_(point).sum(), point)
-    return (slope.norm(dim=1) - 1).pow(2).mean()
+    if a.dim():
+        a = split(a.reshape(n, *[1] * (real.dim() - 1)).expand_as(real))[:, :1]
+    return reference(lambda x: critic_(join(x)), split(real), split(fake), a if a.dim() else alpha).detach()
