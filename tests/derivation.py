@@ -75,7 +75,16 @@ def normalised(source: str) -> str:
 
 
 def solution_body(cell) -> str:
-    return cell.source.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+    """Every solution block of a cell (a class's methods may each have one), one after the other."""
+    blocks = [part.split("### END SOLUTION")[0] for part in cell.source.split("### BEGIN SOLUTION")[1:]]
+    return "\n".join(_dedented(block) for block in blocks)
+
+
+def given_code(cell) -> str:
+    """What a solution cell gives the learner around its solution blocks (the signature, the docstring,
+    scaffolding such as a class's forward methods): the stub the release shows."""
+    parts = cell.source.split("### BEGIN SOLUTION")
+    return "\n".join([parts[0], *(part.split("### END SOLUTION", 1)[-1] for part in parts[1:])])
 
 
 def _dedented(body: str) -> str:
@@ -147,9 +156,10 @@ def index_in(nb, name: str) -> int:
 
 
 def leaks(nb, index: int, expressions: set, forms: list) -> list:
-    """What the cells before `index` show of the answer: [(cell number, what)], outside hints."""
+    """What the cells before `index`, and the stub at `index` (its docstring is the learner's), show
+    of the answer: [(cell number, what)], outside hints."""
     found = []
-    for number, cell in enumerate(nb.cells[:index]):
+    for number, cell in enumerate(nb.cells[:index + 1]):
         shown = " \n ".join(normalised(code) for code in code_of(cell))
         for expression in expressions:
             if expression in shown:

@@ -37,7 +37,9 @@ def _answer(nb_name, name):
     cell = _solution_cell(nb_name, name)
     meta = derivation.course_meta(cell)
     given = {derivation.normalised(expression) for expression in meta.get("given", {})}
-    expressions = {e for e in derivation.key_expressions(derivation.solution_body(cell)) if e not in given}
+    scaffolding = derivation.normalised(derivation.given_code(cell))  # the stub shows it: not the answer
+    expressions = {e for e in derivation.key_expressions(derivation.solution_body(cell))
+                   if e not in given and e not in scaffolding}
     return expressions, list(meta.get("answer_forms", []))
 
 
