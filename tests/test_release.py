@@ -110,3 +110,11 @@ def test_only_exercise_cells_fail(executed):
               and "NotImplementedError" not in course.failure_text(c)
               and "not implemented yet" not in course.failure_text(c)]
     assert broken == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_release_carries_no_instructor_notes_in_cell_metadata(name):
+    """A solution cell's metadata.course holds the answer's written forms (tests/test_derive.py): a
+    learner can open a cell's metadata, so the release has none."""
+    assert any("course" in c.metadata for c in course.read(course.solution_path(name)).cells)
+    assert [i for i, c in enumerate(course.read(course.release_path(name)).cells) if "course" in c.metadata] == []

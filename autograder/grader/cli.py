@@ -53,8 +53,19 @@ def generate(root: pathlib.Path, names: list, out: pathlib.Path) -> list:
             raise SystemExit(f"nbgrader could not generate {name}:\n{result.stdout}{result.stderr}")
     released = sorted((out / "release").glob("*/*.ipynb"))
     for path in released:
+        without_instructor_notes(path)
         colab.add_bootstrap(path)
     return released
+
+
+def without_instructor_notes(path: pathlib.Path) -> None:
+    """Drop each cell's `metadata.course` (the answer's written forms, what the statement gives): it is
+    for the course's tests, and a learner can read a cell's metadata."""
+    import nbformat  # here, as in colab.py: only releasing needs it
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        cell.metadata.pop("course", None)
+    nbformat.write(nb, path)
 
 
 def generate_extra(root: pathlib.Path, name: str, out: pathlib.Path) -> pathlib.Path:
