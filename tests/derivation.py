@@ -36,6 +36,7 @@ DETAILS = re.compile(r"<details\b.*?</details>", re.S | re.I)
 HINT = re.compile(r"<details\b[^>]*>\s*<summary>(.*?)</summary>", re.S | re.I)
 CODE_IN_MARKDOWN = re.compile(r"```[a-z]*\n(.*?)```|`([^`\n]+)`", re.S)
 SHOW_QUESTION = re.compile(r"show_question\(\s*['\"]([\w-]+)['\"]\s*,\s*['\"]([\w-]+)['\"]\s*\)")
+SHOW_QUIZ = re.compile(r"show_quiz\(\s*['\"]([\w-]+)['\"]\s*,\s*['\"]([\w-]+)['\"]\s*\)")
 
 
 def normalised_tokens(source: str) -> list:
@@ -124,10 +125,25 @@ def _outside_details(markdown: str) -> str:
     return DETAILS.sub(" ", markdown)
 
 
+def quiz_texts(cell) -> list:
+    """What the quiz questions a code cell shows put in front of the learner (their code, prompt,
+    choices and explanations): the text of a notebook, as much as its markdown."""
+    from autograder.learner import quiz_schema
+    found = []
+    for notebook, section in SHOW_QUIZ.findall(cell.source):
+        found += quiz_schema.load_quiz(notebook)[section][1]
+    found += [quiz_schema.find_question(nb, qid) for nb, qid in SHOW_QUESTION.findall(cell.source)]
+    return [text for q in found for text in (q.code, q.prompt, q.why, str(q.answer or ""),
+                                             *(c.text for c in q.choices), *(c.why for c in q.choices))]
+
+
 def code_of(cell, hints_removed=True) -> list:
-    """The Python a cell shows: a code cell's source, or the code blocks and spans of a markdown cell."""
+    """The Python a cell shows: a code cell's source and its quiz questions' code, or the code blocks
+    and spans of a markdown cell."""
     if cell.cell_type == "code":
-        return [cell.source]
+        quiz = quiz_texts(cell)
+        return [cell.source, *(q for q in quiz if normalised_tokens(q)),
+                *(block or span for q in quiz for block, span in CODE_IN_MARKDOWN.findall(q))]
     text = _outside_details(cell.source) if hints_removed else cell.source
     return [block or span for block, span in CODE_IN_MARKDOWN.findall(text)]
 
@@ -164,7 +180,8 @@ def leaks(nb, index: int, expressions: set, forms: list) -> list:
         for expression in expressions:
             if expression in shown:
                 found.append((number, f"the reference's expression `{expression}`"))
-        text = squeezed(_outside_details(cell.source) if cell.cell_type == "markdown" else cell.source)
+        text = squeezed(_outside_details(cell.source) if cell.cell_type == "markdown" else
+                        cell.source + "".join(quiz_texts(cell)))
         for form in forms:
             if squeezed(form) in text:
                 found.append((number, f"the answer form {form!r}"))
