@@ -499,3 +499,64 @@ def test_the_filter_is_compiled_for_this_machine(tmp_path):
 def test_each_process_of_a_sandbox_has_a_cpu_time_limit(tmp_path):
     plan = bubblewrap.Plan(workdir=str(tmp_path), exchange=str(tmp_path), env={}, cpu_seconds=960)
     assert "--cpu=960" in bubblewrap.limits(plan)
+
+
+TRITON_CELL = '''import json, os, time
+said = {"interpret": os.environ.get("TRITON_INTERPRET"), "imported": "triton" in __import__("sys").modules}
+began = time.perf_counter()
+from autograder.learner import triton_setup
+status = triton_setup.prepare("cpu")
+import torch, triton, triton.language as tl
+from triton.runtime.cache import get_cache_manager, get_dump_manager
+said["import_s"] = time.perf_counter() - began
+
+@triton.jit
+def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + 1, mask=mask)
+
+x = torch.arange(10, dtype=torch.float32)
+launches = []
+for _ in range(3):
+    began = time.perf_counter()
+    add_one[(triton.cdiv(10, 4),)](x, 10, BLOCK=4)
+    launches.append(time.perf_counter() - began)
+said.update(mode=status.mode, result=x.tolist(), launch_s=launches, home=os.path.expanduser("~"),
+            cache=get_cache_manager("0" * 64).put(b"probe", "probe.bin"),
+            dump=get_dump_manager("0" * 64).put(b"probe", "probe.bin"))
+print(json.dumps(said))
+'''
+
+
+def test_a_triton_kernel_runs_in_the_interpreter_inside_the_sandbox_with_its_cache_in_the_working_folder():
+    """Notebook 09's kernels (issue 24): on the CPU, Triton's interpreter; its cache, where a GPU run
+    writes compiled kernels and launcher stubs, is the sandbox's private working folder, never the host's home."""
+    pytest.importorskip("triton")
+    nb = notebook(TRITON_CELL)
+    problems = run_notebook(nb, Limits(cell_seconds=120))
+    assert problems == [] and errors(nb.cells[0]) == [], (problems, errors(nb.cells[0]))
+    said = report(nb.cells[0])
+    assert said["mode"] == "interpreted" and said["result"] == [float(i + 3) for i in range(10)], said
+    assert said["imported"] is False and said["home"] == isolation.HOME
+    for written in (said["cache"], said["dump"]):
+        assert written.startswith(f"{isolation.HOME}/.triton/"), said
+    assert not pathlib.Path(pathlib.Path.home(), ".triton", "cache", said["cache"].split("/.triton/cache/")[1]).exists()
+    if not bubblewrap.nvidia_devices():  # set by the sandbox, before anything imported triton
+        assert said["interpret"] == "1", said
+
+
+def test_triton_finds_its_interpreter_and_private_folders_in_the_kernels_environment(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("COURSE_DEVICE", raising=False)
+    monkeypatch.setattr(bubblewrap, "nvidia_devices", lambda: [])
+    env = isolation.kernel_env(isolation.HOME)
+    assert env["TRITON_INTERPRET"] == "1" and env["TRITON_HOME"] == isolation.HOME
+    assert all(env[f"TRITON_{d}_DIR"].startswith(f"{isolation.HOME}/.triton/") for d in ("CACHE", "DUMP", "OVERRIDE"))
+    monkeypatch.setattr(bubblewrap, "nvidia_devices", lambda: ["/dev/nvidia0"])  # a GPU: compiled, unless...
+    assert "TRITON_INTERPRET" not in isolation.kernel_env(isolation.HOME)
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")  # ...the course runs on the CPU
+    assert isolation.kernel_env(isolation.HOME)["TRITON_INTERPRET"] == "1"
+    monkeypatch.setenv("COURSE_DEVICE", "cuda:0")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # or the instructor asks for the interpreter
+    assert isolation.kernel_env(isolation.HOME)["TRITON_INTERPRET"] == "1"

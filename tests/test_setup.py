@@ -26,7 +26,7 @@ def direct_requirements():
 def pins(lines):
     found = {}
     for line in lines:
-        match = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)==([^\s;#]+)\s*", line)
+        match = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)==([^\s;#]+)\s*(;.*)?", line)  # a pin, maybe with a marker
         if match:
             found[canonicalize_name(match.group(1))] = match.group(2)
     return found
@@ -58,6 +58,14 @@ def test_environment_yml_lists_the_same_packages_at_the_same_pins():
     env = pins(environment_pip_lines())
     assert set(env) == set(direct_requirements())
     assert {n: v for n, v in env.items() if CONSTRAINTS[n] != v} == {}
+
+
+def test_environment_yml_installs_a_platform_limited_dependency_on_the_same_platforms():
+    """triton has wheels for Linux x86_64 and aarch64 only: conda on a Mac must not try to install it."""
+    env = {canonicalize_name(r.name): str(r.marker)
+           for r in (Requirement(line) for line in environment_pip_lines() if ";" in line)}
+    marked = {n: str(r.marker) for n, r in direct_requirements().items() if r.marker is not None}
+    assert "triton" in marked and env == marked
 
 
 def test_environment_yml_brings_python_and_graphviz():

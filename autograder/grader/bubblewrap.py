@@ -22,6 +22,11 @@ and mounts, and we drive it with its documented options only. What the kernel ge
 - **no new namespaces, mounts, keyrings, bpf or ptrace**: a seccomp filter (`--seccomp`, compiled by
   `autograder.grader.seccomp`), and a CPU-time limit per process (`prlimit --cpu`).
 On a machine with NVIDIA GPUs the device nodes are bound so that CUDA works inside.
+
+Triton (notebook 09) needs nothing more: without a GPU it runs in its interpreter, and its cache
+is in the working folder (`isolation.kernel_env`). On a GPU its compiler would also run ptxas
+(from the Python environment), the C compiler of `/usr` with the bound Python's headers (for its
+launcher stub, loaded from that cache) and `/sbin/ldconfig` (to find libcuda): unverified.
 """
 import dataclasses
 import functools

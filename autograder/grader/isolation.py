@@ -43,7 +43,7 @@ IPC_MB = 16  # the kernel's own part of it (its sockets): a flood there cannot f
 # The grader's variables a kernel may see (everything else, tokens and passwords included, stays out).
 PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "COURSE_DEVICE", "COURSE_PLAIN_QUIZ", "CUDA_VISIBLE_DEVICES",
                   "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
-                  "PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG")
+                  "PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG", "TRITON_INTERPRET")
 UNSANDBOXED_WARNING = """
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
 !! GRADING WITHOUT A SANDBOX (--unsandboxed): students' code runs as you, with your network,  !!
@@ -93,7 +93,9 @@ def fresh_uid() -> int:
 
 def kernel_env(workdir, threads=1, course_root=None) -> dict:
     """The kernel's whole environment: a few of the grader's variables (`PASSED_THROUGH`), the
-    math libraries held to `threads`, home and caches in the working folder."""
+    math libraries held to `threads`, home and caches in the working folder (Triton's included).
+    Without a GPU (or with COURSE_DEVICE on the CPU) Triton's interpreter is on from the start:
+    a kernel decorated before the notebook's `triton_setup.prepare()` then still runs."""
     env = {name: os.environ[name] for name in PASSED_THROUGH if name in os.environ}
     scripts = os.path.dirname(sys.executable)
     env.update(PATH=f"{scripts}:/usr/local/bin:/usr/bin:/bin", HOME=str(workdir), TMPDIR="/tmp",
@@ -102,6 +104,12 @@ def kernel_env(workdir, threads=1, course_root=None) -> dict:
                XDG_CACHE_HOME=f"{workdir}/.cache", COURSE_PROGRESS=f"{workdir}/.backprop-course/progress.json",
                PYTHONDONTWRITEBYTECODE="1", PYDEVD_DISABLE_FILE_VALIDATION="1", JUPYTER_PLATFORM_DIRS="1",
                NBGRADER_EXECUTION="autograde")  # as nbgrader sets it: notebooks can tell they are being graded
+    triton = f"{workdir}/.triton"  # compiled kernels and launcher stubs (GPU), dumps: all private, writable
+    env.update(TRITON_HOME=str(workdir), TRITON_CACHE_DIR=f"{triton}/cache", TRITON_DUMP_DIR=f"{triton}/dump",
+               TRITON_OVERRIDE_DIR=f"{triton}/override")
+    device = env.get("COURSE_DEVICE", "").strip()
+    if not bubblewrap.nvidia_devices() or (device and not device.startswith("cuda")):
+        env.setdefault("TRITON_INTERPRET", "1")
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[name] = str(threads)
     if course_root is not None:
