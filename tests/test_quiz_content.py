@@ -1000,6 +1000,16 @@ def flag_that_records_backward():
 # The snippets these questions showed before they asked for reasoning instead (run, they printed the
 # answer), and the counting a snippet now leaves to the learner: run here to verify the answer.
 HIDDEN_SNIPPETS = {
+    ("06_checkpointing", "x-times-x-storages"): """
+x = torch.randn(8, 16, requires_grad=True)
+storages = set()
+def pack(t):
+    storages.add(t.untyped_storage().data_ptr())
+    return t
+with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    z = x * x
+len(storages)
+""",
     ("01_chain_rule", "dead-relu-weights"): """
 features = torch.randn(256, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
 w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
