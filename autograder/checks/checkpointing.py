@@ -1,8 +1,9 @@
 """Grading helpers for notebook 06: activation memory and gradient checkpointing.
 
 It is long (over 600 lines) because its five exercises share one set of test blocks, counters and
-runs: splitting them would scatter what each check compares with. Why a module of its own: checkpointing is graded on what an implementation keeps and how often
-it runs a block, not only on the numbers it returns. The helpers here
+runs: splitting them would scatter what each check compares with. Why a module of its own:
+checkpointing is graded on what an implementation keeps and how often it runs a block, not only on
+the numbers it returns. The helpers here
 
 - count what backward keeps in two independent ways: through `saved_tensors_hooks`
   (`autograder.learner.memory.SavedTensorLedger`) and by
