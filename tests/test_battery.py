@@ -1,5 +1,10 @@
 """The shared battery: each input has the property that breaks right-looking code, and a failure
 under `trying` names the input and the usual reason."""
+import importlib
+import pathlib
+import re
+
+import course
 import pytest
 import torch
 
@@ -86,3 +91,18 @@ def test_other_errors_pass_through_untouched():
     with pytest.raises(ZeroDivisionError):
         with battery.trying("ex", "expanded"):
             1 / 0  # noqa: B018
+
+
+@pytest.mark.parametrize("name", course.assignment_names())
+def test_every_notebooks_hidden_tests_draw_on_the_battery(name):
+    """Issue 22: one shared battery that every notebook's checks draw from, not a copy per notebook."""
+    sources = " ".join(c.source for c in course.grade_cells(course.read(course.solution_path(name))))
+    modules = set(re.findall(r"from autograder\.checks import (\w+)", sources))
+    modules |= set(re.findall(r"from autograder\.checks\.(\w+)", sources))
+    texts = [sources]
+    for module in modules - {"battery"}:
+        imported = importlib.import_module(f"autograder.checks.{module}")
+        folder = getattr(imported, "__path__", None)
+        files = sorted(pathlib.Path(folder[0]).glob("*.py")) if folder else [pathlib.Path(imported.__file__)]
+        texts += [f.read_text() for f in files]
+    assert any("battery" in text for text in texts), f"{name}'s hidden tests never use autograder.checks.battery"
