@@ -449,19 +449,24 @@ def test_memory_that_no_resident_set_shows_is_counted_and_the_kernel_stopped(tmp
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="control groups are made where the grader is root")
 def test_a_kernels_processes_are_bounded_by_its_control_group():
+    """pids.max bounds what a kernel can start, and removing the group kills whatever still runs in it."""
+    import subprocess
+
     from autograder.grader.cgroup import Cgroup
     group = Cgroup.create(memory_mb=512, processes=5)
     assert group is not None
+    script = ("import subprocess, time\nstarted = []\ntry:\n    for _ in range(20):\n"
+              "        started.append(subprocess.Popen(['sleep', '60'], stdout=subprocess.DEVNULL))\n"
+              "except OSError as err:\n    print(len(started), err.strerror, flush=True)\ntime.sleep(60)\n")
+    running = subprocess.Popen(group.wrap([sys.executable, "-c", script]), stdout=subprocess.PIPE, text=True)
     try:
-        import subprocess
-        script = ("import subprocess\nstarted = []\ntry:\n    for _ in range(20):\n"
-                  "        started.append(subprocess.Popen(['sleep', '30']))\nexcept OSError as err:\n"
-                  "    print(len(started), err.strerror)\n")
-        done = subprocess.run(group.wrap([sys.executable, "-c", script]), capture_output=True, text=True, timeout=60)
-        count, _ = done.stdout.split(" ", 1)
-        assert int(count) < 5 and "Resource temporarily unavailable" in done.stdout, done.stdout + done.stderr
+        count, said = running.stdout.readline().split(" ", 1)
+        assert 1 <= int(count) < 5 and "Resource temporarily unavailable" in said, (count, said)
     finally:
-        assert group.remove() >= 1  # the sleeps it started are killed with the group
+        killed = group.remove()
+        running.wait(timeout=30)
+    assert killed == int(count) + 1  # the script and every sleep it started, killed with the group
+    assert all(not folder.exists() for folder in group.folders)
 
 
 def test_no_new_namespaces_mounts_keyrings_or_ptrace_inside_and_the_rest_works():

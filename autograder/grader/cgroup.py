@@ -52,6 +52,8 @@ class Cgroup:
                 if (folder / "memory.swap.max").exists():
                     _write(folder / "memory.swap.max", 0)
                 _write(folder / "pids.max", processes)
+                if (folder / "memory.oom.group").exists():  # an OOM kill ends the whole group, kernel included
+                    _write(folder / "memory.oom.group", 1)
             else:
                 self.version = 1
                 memory = ROOT / "memory" / own["memory"].lstrip("/") / name

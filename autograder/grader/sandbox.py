@@ -144,8 +144,9 @@ class MemoryWatch:
     where their sum is over the limit, the proportional sizes (shared pages split between their
     sharers) decide; reading those is slow, so the watch then polls less often."""
 
-    def __init__(self, pid, limit_mb, interval=0.1):
+    def __init__(self, pid, limit_mb, interval=0.1, out_of_memory=None):
         self.pid, self.limit, self.interval = pid, limit_mb * 2**20, interval
+        self.out_of_memory = out_of_memory  # the control group's word: its OOM killer ended a process
         self.exceeded = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -177,10 +178,13 @@ class MemoryWatch:
             except psutil.Error:
                 return
             interval = self.interval
-            if self._used(processes, exact=False) <= self.limit:
+            # the group's OOM killer ends the largest process (a daemon that hoards, say), not the kernel:
+            # the submission went over its memory all the same, and the kernel ends with it
+            killed = self.out_of_memory is not None and self.out_of_memory()
+            if not killed and self._used(processes, exact=False) <= self.limit:
                 continue
             began = time.monotonic()
-            if self._used(processes, exact=True) > self.limit:
+            if killed or self._used(processes, exact=True) > self.limit:
                 self.exceeded = True
                 for p in [*processes[1:], process]:
                     with contextlib.suppress(psutil.Error):
@@ -337,7 +341,8 @@ def _run_cells(nb, limits, trusted_names, new_sandbox, pool, key):
             with client.setup_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
                 if pool is not None:
                     pool.refill(key, new_sandbox)  # the next kernel boots while this one works
-                with MemoryWatch(_kernel_pid(client), limits.memory_mb) as watch:
+                with MemoryWatch(_kernel_pid(client), limits.memory_mb,
+                                 out_of_memory=client.sandbox.out_of_memory if client.sandbox else None) as watch:
                     _replay(client, nb, replayable, deadline, limits)
                     position = _run_until_a_kernel_ends(client, nb, code, position, deadline, limits, trusted_names,
                                                         watch, replayable, problems)
