@@ -565,3 +565,20 @@ def test_triton_finds_its_interpreter_and_private_folders_in_the_kernels_environ
     monkeypatch.setenv("COURSE_DEVICE", "cuda:0")
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # or the instructor asks for the interpreter
     assert isolation.kernel_env(isolation.HOME)["TRITON_INTERPRET"] == "1"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="control groups are made where the grader is root")
+def test_a_class_run_removes_the_groups_its_workers_left(monkeypatch):
+    """A worker's spare kernel (started ahead, never used) is not ended when the worker process
+    ends: its group carries the run's token, and the run removes it, killing what runs there."""
+    import subprocess
+
+    from autograder.grader import cgroup
+    monkeypatch.setenv(cgroup.RUN_ENV_VAR, "testrun" + secrets.token_hex(4))
+    group = cgroup.Cgroup.create(memory_mb=256, processes=8)
+    sleeper = subprocess.Popen(group.wrap(["sleep", "60"]))
+    time.sleep(0.3)
+    run = os.environ[cgroup.RUN_ENV_VAR]
+    assert cgroup.groups_of_run(run) == sorted(group.folders)
+    assert cgroup.remove_run(run) == 2 and cgroup.groups_of_run(run) == []
+    assert sleeper.wait(timeout=10) != 0  # killed with its group

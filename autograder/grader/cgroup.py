@@ -17,6 +17,10 @@ import sys
 import time
 
 ROOT = pathlib.Path("/sys/fs/cgroup")
+PREFIX = "course-sandbox-"
+# A class run's token, set by the grader for its workers (autograder.grader.classgrade): every group they
+# make carries it, so that the run can remove what a worker that ended left behind (its spare kernels').
+RUN_ENV_VAR = "COURSE_GRADE_RUN"
 
 
 def _own_paths() -> dict:
@@ -38,7 +42,8 @@ class Cgroup:
     (`wrap`), read after a death (`oom_killed`), emptied and removed (`remove`)."""
 
     def __init__(self, memory_mb: int, processes: int):
-        name = f"course-sandbox-{secrets.token_hex(6)}"
+        run = os.environ.get(RUN_ENV_VAR, "")
+        name = f"{PREFIX}{run + '-' if run else ''}{secrets.token_hex(6)}"
         own, limit = _own_paths(), memory_mb * 2**20
         unified = ROOT / own.get("", "/").lstrip("/")
         self.folders = []
@@ -127,3 +132,19 @@ class Cgroup:
                 except OSError:  # busy for a moment after its last process ends
                     time.sleep(0.02)
         return len(killed)
+
+
+def groups_of_run(run: str) -> list:
+    """The folders of every group a class run made (its token in their names), wherever they are."""
+    if not run or not ROOT.is_dir():
+        return []
+    return sorted(ROOT.rglob(f"{PREFIX}{run}-*"))
+
+
+def remove_run(run: str) -> int:
+    """Kill what still runs in a class run's groups and remove them; return how many groups there were."""
+    folders = groups_of_run(run)
+    leftover = Cgroup.__new__(Cgroup)
+    leftover.folders, leftover.version = folders, 2 if (ROOT / "cgroup.controllers").exists() else 1
+    leftover.remove()
+    return len(folders)

@@ -28,7 +28,7 @@ import nbformat
 from nbgrader import utils
 from nbgrader.api import Gradebook, MissingEntry
 
-from autograder.grader import flags, isolation, keys, recording, sanitize, submissions, trusted
+from autograder.grader import cgroup, flags, isolation, keys, recording, sanitize, submissions, trusted
 from autograder.grader.nbgrader_run import nbgrader_runner, with_scripts_on_path
 from autograder.grader.sandbox import Limits, run_notebook, thread_pool
 
@@ -56,6 +56,7 @@ class ClassResult:
     outcomes: dict  # (student, assignment) -> recording.Outcome
     zip_ids: dict  # zip file name -> student id
     seconds: dict = dataclasses.field(default_factory=dict)  # where the run's time went, by phase
+    run: str | None = None  # the token of its folder and control groups (a local cluster's run)
 
     def not_graded(self) -> list:
         return [o for o in self.outcomes.values() if not o.graded]
@@ -230,7 +231,8 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
     isolation.require(limits.unsandboxed)  # no sandbox: stop before anything runs, unless explicitly accepted
     outcomes, zip_ids, problems = {}, {}, []
     clock = Phases()
-    with _run_folder(local=scheduler is None), BackgroundClient(workers, scheduler, worker_memory_mb) as background:
+    with _run_folder(local=scheduler is None) as run_token, \
+            BackgroundClient(workers, scheduler, worker_memory_mb) as background:
         with clock("read, check and rebuild submissions"):
             if zips:
                 problems, zip_ids = submissions.unpack_zips(pathlib.Path(zips), root, names)
@@ -269,27 +271,31 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
             bar.close()
         finally:
             recorder.close()
-    return ClassResult(outcomes, zip_ids, clock.seconds)
+    return ClassResult(outcomes, zip_ids, clock.seconds, run_token)
 
 
 @contextlib.contextmanager
 def _run_folder(local: bool):
     """The local cluster's workers make every kernel's exchange folder in one folder of this run's,
-    removed afterwards with whatever is mounted in it: a worker that died cannot leave its folders
-    (or their tmpfs) behind. Workers read TMPDIR when they start, inside the block."""
+    and every control group with this run's token, both removed afterwards with whatever is mounted
+    or runs in them: a worker that died, or kept a spare kernel, leaves nothing behind. Workers read
+    the environment when they start, inside the block. Yields the run's token (None with a scheduler)."""
     if not local:
-        yield
+        yield None
         return
     folder = pathlib.Path(tempfile.mkdtemp(prefix="course-grade-"))
-    before = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(folder)
+    run = folder.name.removeprefix("course-grade-")
+    before = {name: os.environ.get(name) for name in ("TMPDIR", cgroup.RUN_ENV_VAR)}
+    os.environ.update({"TMPDIR": str(folder), cgroup.RUN_ENV_VAR: run})
     try:
-        yield
+        yield run
     finally:
-        if before is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        cgroup.remove_run(run)  # the groups of spare kernels a worker started ahead and never used
         isolation.remove_folder(folder)
 
 
