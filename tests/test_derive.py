@@ -142,9 +142,8 @@ def test_the_scan_finds_a_declared_formula_and_hints_are_counted_per_exercise():
 
 def test_every_derive_question_is_shown_somewhere():
     """A derive question no notebook shows is never asked."""
-    shown = {(nb_name, qid) for nb_name in NAMES for c in course.read(course.release_path(nb_name)).cells
-             if c.cell_type == "code" for nb, qid in derivation.SHOW_QUESTION.findall(c.source)
-             for nb_name in [nb]}
+    shown = {found for name in NAMES for c in course.read(course.release_path(name)).cells
+             if c.cell_type == "code" for found in derivation.SHOW_QUESTION.findall(c.source)}
     for nb_name in NAMES:
         raw = yaml.safe_load((quiz_schema.quiz_folder() / f"{nb_name}.yaml").read_text())
         for question in raw["sections"].get("derive", {}).get("questions", []):

@@ -34,6 +34,11 @@ def test_a_line_that_reaches_for_the_grader_is_flagged_with_what_it_reaches(line
     assert all(f.cell == 2 for f in found)
 
 
+def test_a_name_that_only_looks_like_a_code_attribute_is_not_flagged():
+    assert flags.scan(_submission("co_occurrence = x.T @ x"), flags.released_lines(RELEASED)) == []
+    assert flags.scan(_submission("g = f.replace(co_filename='x')"), flags.released_lines(RELEASED))
+
+
 def test_the_notebooks_own_lines_are_not_the_students():
     """07's set-up cell imports from autograder.checks: the course's line, not a flag."""
     assert flags.scan(_submission("def relu_grad(x):\n    return (x > 0).to(x.dtype)"),

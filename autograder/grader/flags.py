@@ -20,7 +20,7 @@ PATTERNS = (
                                        r"path_hooks|excepthook)\b|\bsys\.monitoring\b")),
     ("sys.modules", re.compile(r"\bsys\s*\.\s*modules\b")),
     ("a function's code, closure or globals", re.compile(r"__code__|__closure__|__globals__|__wrapped__|"
-                                                          r"\bco_\w+\s*=")),
+                                                          r"\bco_(name|qualname|filename|firstlineno|code)\s*=")),
     ("the garbage collector's object lists", re.compile(r"\bgc\s*\.\s*get_(objects|referrers|referents)\b")),
     ("ctypes", re.compile(r"\bctypes\b")),
     ("builtins", re.compile(r"\b__builtins__\b|\bimport\s+builtins\b|\bbuiltins\s*\.")),
