@@ -30,12 +30,18 @@ STRESSES = {
     "non-contiguous": "a non-contiguous {what}",
     "expanded": "an expanded {what} (a view whose rows share memory)",
     "create-graph": "backward(create_graph=True)",
+    "empty": "an empty {what} (no elements)",
+    "width-one": "rows of width 1",
+    "wide-rows": "rows wider than one block (more than 4096 columns)",
 }
 
 # (stress, pattern in the failure message, advice): the first match wins; then the stress's default.
 _ADVICE = (
     ("non-contiguous", r"view size is not compatible|\.view\(|use \.reshape",
      ".view needs contiguous memory; use .reshape (or .contiguous() first)"),
+    ("non-contiguous", r"NaN|loaded outside|never written",
+     "a kernel that adds offsets to the data pointer reads the input as if it were contiguous: pass its strides to "
+     "the kernel (x.stride(0), x.stride(1)), or call .contiguous() first (a copy, allowed outside the kernel)"),
     ("non-contiguous", r"", "the input is a strided view (a slice or a transpose of a larger tensor), as a gradient "
                            "often is: do not assume contiguous memory (.view, strides, data_ptr)"),
     ("expanded", r"in-place|more than one element of the written-to tensor",
@@ -59,6 +65,13 @@ _ADVICE = (
                             "by x, by sqrt(x²), or takes exp of a large number), and write it so those cancel"),
     ("batch-of-one", r"", "do not .squeeze() the batch dimension away: with a batch of one it goes too; "
                           "squeeze a named dimension (.squeeze(-1)) or reshape to (N,)"),
+    ("empty", r"", "an empty tensor has no elements: its grid, triton.cdiv(0, BLOCK), has no program, and a row "
+                   "count of 0 is no row; return results of the right shape (allocated with torch.empty_like) "
+                   "without dividing by the element count"),
+    ("width-one", r"", "a row of one element: the mean of its squares is the square itself, and only one lane of a "
+                       "block may load (mask=cols < n_cols); the masked-off lanes must add 0 to a sum"),
+    ("wide-rows", r"", "a row wider than one block: loop over the row inside the program, a block of columns at a "
+                       "time, adding each block's partial sum, and again to write each block of the result"),
     ("create-graph", r"does not require grad|does not have a grad_fn|leaf Variable|in-place|twice|"
                      r"once_differentiable",
      "under create_graph=True the backward pass is itself recorded: update parameters under torch.no_grad(), "

@@ -1,0 +1,240 @@
+"""The guard around a call of a learner's Triton code: padded memory, counted launches, no torch maths.
+
+Triton's interpreter does not fault on an out-of-bounds access: a kernel without a mask reads and
+writes past its tensor, and a store past a tensor the learner allocated can corrupt the process's
+heap. So while the learner's function runs (`run_guarded`, a driver that runs where the learner's
+code runs):
+
+- every input is copied into the middle of a larger buffer whose other elements hold a marker (a
+  NaN with a payload of its own, `AROUND`); a non-contiguous input also has marked gaps between its
+  elements and rows;
+- every tensor the function allocates (`torch.empty_like`, `torch.empty`, `torch.zeros`, ...) is
+  given out the same way, with a marker of its own around it (`BEYOND`: a value loaded from an
+  input's padding and stored past an output must still show), and what `empty` would leave unset
+  holds a third marker (`UNSET`);
+- every Triton launch is counted (`JITFunction.run`, and the interpreter's `run`);
+- every ATen operation outside a launch that is not an allocation, a view or a copy is recorded:
+  the graded functions compute in their kernels, and torch only allocates and launches.
+
+Afterwards `KernelRun` says what happened, as data: what came back (compact copies), the launches,
+the first refused operation, which buffers were written outside the tensor, which inputs changed,
+and how many elements of each returned tensor the kernel never wrote.
+"""
+import contextlib
+import dataclasses
+import sys
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+PAD = 16384  # marked elements before and after each tensor: more than a block (<= 4096) can overrun
+INTEGER_OF_SIZE = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
+# Bit patterns by element size: quiet NaNs for the float dtypes, each with a payload of its own.
+AROUND = {8: 0x7FF8A11AA11AA11A, 4: 0x7FC0A11A, 2: 0x7E11, 1: 0x5A}
+BEYOND = {8: 0x7FF8BE40BE40BE40, 4: 0x7FC0BE40, 2: 0x7E33, 1: 0x5C}
+UNSET = {8: 0x7FF8B00BB00BB00B, 4: 0x7FC0B00B, 2: 0x7E22, 1: 0x5B}
+
+# ATen operations torch may run on the data inside a graded function: allocations, fills, views,
+# copies and conversions. Anything else (mul, sigmoid, sum, rsqrt, ...) is maths outside the kernel.
+ALLOCATIONS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+FILLED_ALLOCATIONS = {"zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like",
+                      "new_full", "scalar_tensor"}
+ALLOWED = ALLOCATIONS | FILLED_ALLOCATIONS | {
+    "fill_", "zero_", "view", "_unsafe_view", "as_strided", "t", "transpose", "permute", "expand", "slice", "select",
+    "unsqueeze", "squeeze", "alias", "detach", "split", "unbind", "clone", "copy_", "_to_copy", "lift_fresh",
+    "lift_fresh_copy", "_reshape_alias", "view_as_real", "set_",
+}
+
+
+def _short(name: str) -> str:
+    return name.removeprefix("aten::")
+
+
+def bits(t):
+    """The tensor's elements as integers of the same size, to compare bit patterns (NaN payloads)."""
+    return t.view(INTEGER_OF_SIZE[t.element_size()])
+
+
+def _span(shape, stride) -> int:
+    """Elements of storage a view of `shape` and `stride` reaches, from its first element."""
+    if any(size == 0 for size in shape):
+        return 0
+    return 1 + sum((size - 1) * step for size, step in zip(shape, stride))
+
+
+def _gapped_strides(shape):
+    """Strides with a gap after every element and every row (as x[::2] of a tensor twice as wide)."""
+    strides, step = [], 2
+    for size in reversed(shape):
+        strides.append(step)
+        step *= 2 * max(size, 1)
+    return tuple(reversed(strides))
+
+
+@dataclasses.dataclass
+class Region:
+    """A tensor given to the learner (`view`) in the middle of a marked buffer."""
+    name: str
+    buffer: torch.Tensor
+    view: torch.Tensor
+    marker: dict  # AROUND for an input, BEYOND for an allocation
+    original: torch.Tensor = None  # an input's values, to see whether the call changed them
+
+    @classmethod
+    def around(cls, name, shape, stride, dtype, device, marker=AROUND, unset=False):
+        """A view of `shape` and `stride` in a buffer marked with `marker` (and UNSET inside, if `unset`)."""
+        buffer = torch.empty(2 * PAD + _span(shape, stride), dtype=dtype, device=device)
+        bits(buffer).fill_(marker[buffer.element_size()])
+        view = buffer.as_strided(shape, stride, PAD)
+        if unset:
+            bits(view).fill_(UNSET[buffer.element_size()])
+        return cls(name, buffer, view, marker)
+
+    @classmethod
+    def input(cls, name, t, gapped=False):
+        """`t`'s values in a marked buffer: contiguous, or with marked gaps when `gapped`."""
+        stride = _gapped_strides(t.shape) if gapped and t.dim() else t.contiguous().stride()
+        region = cls.around(name, t.shape, stride, t.dtype, t.device)
+        region.view.copy_(t)
+        region.original = region.view.clone()
+        return region
+
+    def written_outside(self) -> bool:
+        """Whether anything changed in the marked elements: before, after, or between the view's."""
+        marked = torch.ones(self.buffer.numel(), dtype=torch.bool, device=self.buffer.device)
+        marked.as_strided(self.view.shape, self.view.stride(), PAD).fill_(False)
+        return bool((bits(self.buffer)[marked] != self.marker[self.buffer.element_size()]).any())
+
+    def changed(self) -> bool:
+        return self.original is not None and not torch.equal(bits(self.view), bits(self.original))
+
+
+def unwritten(t):
+    """(elements still holding UNSET, elements, flat index of the first) for a returned tensor."""
+    if not isinstance(t, torch.Tensor) or t.element_size() not in UNSET or t.numel() == 0:
+        return None
+    left = (bits(t.detach()) == UNSET[t.element_size()]).flatten()
+    count = int(left.sum())
+    return (count, t.numel(), int(left.nonzero()[0])) if count else None
+
+
+def _kernel_classes():
+    """Triton's kernel classes whose `run` launches a grid, where Triton is imported."""
+    found = []
+    for module, name in (("triton.runtime.jit", "JITFunction"), ("triton.runtime.interpreter", "InterpretedFunction")):
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and "run" in vars(cls):
+            found.append(cls)
+    return found
+
+
+class KernelGuard(TorchDispatchMode):
+    """While active: allocations come from marked buffers, launches are counted, and (with `refuse`)
+    the first ATen operation outside a launch that is not an allocation, view or copy is recorded."""
+
+    @classmethod
+    def _should_skip_dynamo(cls):
+        return False  # as OpWatch: keep __torch_dispatch__ unwrapped (wrapping imports torch._dynamo)
+
+    def __init__(self, refuse=True):
+        super().__init__()
+        self.refuse, self.launches, self.inside, self.refused, self.allocated = refuse, 0, 0, None, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.inside:  # Triton's own handling of the arguments (the interpreter copies storages)
+            return out
+        name = _short(func._schema.name)
+        if self.refuse and self.refused is None and name not in ALLOWED:
+            self.refused = func._schema.name
+        if (name in ALLOCATIONS or name in FILLED_ALLOCATIONS) and isinstance(out, torch.Tensor):
+            return self._marked(out, unset=name in ALLOCATIONS)
+        return out
+
+    def _marked(self, out, unset):
+        """`out` given out from a marked buffer (same shape, strides, dtype and device)."""
+        if out.element_size() not in AROUND or out.dtype == torch.bool:
+            return out
+        what = f"a tensor your code allocated (shape {tuple(out.shape)}, {out.dtype})"
+        region = Region.around(what, out.shape, out.stride(), out.dtype, out.device, BEYOND, unset)
+        if not unset:
+            region.view.copy_(out)
+        self.allocated.append(region)
+        return region.view
+
+    @contextlib.contextmanager
+    def launches_counted(self):
+        """Count every Triton launch; Triton's own torch calls during a launch are not the learner's."""
+        classes = _kernel_classes()
+        originals = {cls: vars(cls)["run"] for cls in classes}
+
+        def counted(original):
+            def run(kernel, *args, **kwargs):
+                if kwargs.get("warmup"):
+                    return original(kernel, *args, **kwargs)
+                self.launches += 1
+                self.inside += 1
+                try:
+                    return original(kernel, *args, **kwargs)
+                finally:
+                    self.inside -= 1
+            return run
+
+        for cls in classes:
+            cls.run = counted(originals[cls])
+        try:
+            yield
+        finally:
+            for cls, original in originals.items():
+                cls.run = original
+
+
+@dataclasses.dataclass
+class KernelRun:
+    """What a guarded call did, as data the grader reads (see the module's docstring)."""
+    result: object = None
+    launches: int = 0
+    refused: str = None
+    wrote_outside: list = dataclasses.field(default_factory=list)
+    changed: list = dataclasses.field(default_factory=list)
+    unwritten: dict = dataclasses.field(default_factory=dict)  # position in the result -> unwritten()
+
+
+def _compact(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone(memory_format=torch.contiguous_format)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_compact(v) for v in value)
+    return value
+
+
+def _parts(value):
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+@contextlib.contextmanager
+def guarded(refuse=True):
+    """The guard as a block: `with guarded() as guard:`; launches counted, allocations marked."""
+    guard = KernelGuard(refuse)
+    with guard.launches_counted(), guard:
+        yield guard
+
+
+def report(guard, regions, result) -> KernelRun:
+    """The `KernelRun` of a finished guarded call."""
+    everything = list(regions) + guard.allocated
+    return KernelRun(result=_compact(result), launches=guard.launches, refused=guard.refused,
+                     wrote_outside=[r.name for r in everything if r.written_outside()],
+                     changed=[r.name for r in regions if r.changed()],
+                     unwritten={i: unwritten(part) for i, part in enumerate(_parts(result)) if unwritten(part)})
+
+
+def run_guarded(fn, *tensors, names, gapped=()):
+    """Driver: `fn(*tensors)` on marked copies (`gapped` names those laid out with gaps), inside the
+    guard. Pass it to `checks.call_student` (as a partial with `fn`) so it runs where `fn` lives."""
+    regions = [Region.input(name, t, gapped=name in gapped) if isinstance(t, torch.Tensor) else t
+               for name, t in zip(names, tensors)]
+    args = [r.view if isinstance(r, Region) else r for r in regions]
+    with guarded() as guard:
+        result = fn(*args)
+    return report(guard, [r for r in regions if isinstance(r, Region)], result)
