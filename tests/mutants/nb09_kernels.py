@@ -1,0 +1,995 @@
+"""Notebook 09: the bugs learners write in Triton kernels and the functions that launch them; correct
+answers written differently from the solution.
+
+Every entry is checked by tests/test_mutants.py: a `wrong` one must fail some grade cell of its name
+with a GradingError, a `right` one must pass all of them, in plain and in trusted grading. `@triton.jit`
+needs a kernel's source, so the kernels live at module level and the entries launch them. The first
+wrong entry of `TritonRMSNorm` (the first graded name in sorted order) launches nothing itself: it calls
+the notebook's `rmsnorm_forward` and `rmsnorm_backward` (here, the correct ones defined below), so the
+nbgrader end-to-end test can paste it beside a perfect submission's functions.
+
+Some kernels here read and write past their tensors (no mask): Triton's interpreter does not fault on
+that, it corrupts memory. Launch them only through the checks, which hand out sentinel-padded buffers.
+"""
+import functools
+
+import torch
+
+from autograder.learner import triton_setup
+from mutants import right, wrong
+
+triton_setup.prepare()
+
+import triton  # noqa: E402  (after prepare(): it sets TRITON_INTERPRET=1 where there is no CUDA)
+import triton.language as tl  # noqa: E402
+
+NB = "09_kernels"
+wrong_ = functools.partial(wrong, NB)
+right_ = functools.partial(right, NB)
+
+BLOCK_LIMIT = 4096  # the notebook's rule: a block holds at most this many elements
+
+
+def _blocks(n, block):
+    return (triton.cdiv(n, block),)
+
+
+def _accumulator(dtype):
+    """float64 sums for float64 tensors, float32 for the rest (without torch.promote_types: an ATen op)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+# SiLU kernels --------------------------------------------------------------------------------------------
+@triton.jit
+def _silu_fwd(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, x * tl.sigmoid(x), mask=mask)
+
+
+@triton.jit
+def _silu_fwd_formula(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, x / (1 + tl.exp(-x)), mask=mask)
+
+
+@triton.jit
+def _stable_sigmoid(x):
+    z = tl.exp(-tl.abs(x))  # never overflows: exp of a number <= 0
+    return tl.where(x >= 0, 1 / (1 + z), z / (1 + z))
+
+
+@triton.jit
+def _silu_fwd_two_branch(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, x * _stable_sigmoid(x), mask=mask)
+
+
+@triton.jit
+def _silu_fwd_strided(x_ptr, y_ptr, n, size1, size2, size3, stride0, stride1, stride2, stride3,
+                      BLOCK: tl.constexpr):
+    """x of up to 4 dims read through its strides; y contiguous."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    i3 = offs % size3
+    i2 = (offs // size3) % size2
+    i1 = (offs // (size3 * size2)) % size1
+    i0 = offs // (size3 * size2 * size1)
+    x = tl.load(x_ptr + i0 * stride0 + i1 * stride1 + i2 * stride2 + i3 * stride3, mask=mask)
+    tl.store(y_ptr + offs, x * tl.sigmoid(x), mask=mask)
+
+
+@triton.jit
+def _silu_fwd_no_mask(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(y_ptr + offs, x * tl.sigmoid(x))
+
+
+@triton.jit
+def _silu_fwd_no_pid(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, x * tl.sigmoid(x), mask=mask)
+
+
+@triton.jit
+def _silu_fwd_unstable(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    e = tl.exp(x)
+    tl.store(y_ptr + offs, x * e / (1 + e), mask=mask)
+
+
+@triton.jit
+def _sigmoid(x_ptr, s_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(s_ptr + offs, tl.sigmoid(tl.load(x_ptr + offs, mask=mask)), mask=mask)
+
+
+@triton.jit
+def _multiply(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(a_ptr + offs, mask=mask) * tl.load(b_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def _silu_fwd_and_sigmoid(x_ptr, y_ptr, s_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    s = tl.sigmoid(x)
+    tl.store(s_ptr + offs, s, mask=mask)
+    tl.store(y_ptr + offs, x * s, mask=mask)
+
+
+@triton.jit
+def _silu_bwd(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    g = tl.load(g_ptr + offs, mask=mask)
+    s = tl.sigmoid(x)
+    tl.store(dx_ptr + offs, g * s * (1 + x * (1 - s)), mask=mask)
+
+
+@triton.jit
+def _silu_bwd_from_y(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+    """silu' = s + y (1 - s), with y = x s."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    s = _stable_sigmoid(x)
+    y = x * s
+    tl.store(dx_ptr + offs, tl.load(g_ptr + offs, mask=mask) * (s + y * (1 - s)), mask=mask)
+
+
+@triton.jit
+def _silu_bwd_no_product_rule(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(dx_ptr + offs, tl.load(g_ptr + offs, mask=mask) * tl.sigmoid(x), mask=mask)
+
+
+@triton.jit
+def _silu_bwd_sigmoid_derivative(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    s = tl.sigmoid(tl.load(x_ptr + offs, mask=mask))
+    tl.store(dx_ptr + offs, tl.load(g_ptr + offs, mask=mask) * s * (1 - s), mask=mask)
+
+
+@triton.jit
+def _silu_bwd_no_grad_out(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    s = tl.sigmoid(x)
+    tl.store(dx_ptr + offs, s * (1 + x * (1 - s)), mask=mask)
+
+
+@triton.jit
+def _silu_bwd_unstable(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    e = tl.exp(x)
+    s = e / (1 + e)
+    tl.store(dx_ptr + offs, tl.load(g_ptr + offs, mask=mask) * s * (1 + x * (1 - s)), mask=mask)
+
+
+@triton.jit
+def _silu_bwd_no_mask(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    s = tl.sigmoid(x)
+    tl.store(dx_ptr + offs, tl.load(g_ptr + offs) * s * (1 + x * (1 - s)))
+
+
+@triton.jit
+def _silu_bwd_given_sigmoid(x_ptr, s_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    s = tl.load(s_ptr + offs, mask=mask)
+    tl.store(dx_ptr + offs, tl.load(g_ptr + offs, mask=mask) * s * (1 + x * (1 - s)), mask=mask)
+
+
+def _elementwise(kernel, *tensors, block=1024):
+    """Launch `kernel(*inputs, out, n)` over contiguous copies of `tensors`; the output is like the first."""
+    tensors = [t.contiguous() for t in tensors]
+    out = torch.empty_like(tensors[0])
+    if out.numel():
+        kernel[_blocks(out.numel(), block)](*tensors, out, out.numel(), BLOCK=block)
+    return out
+
+
+def _silu(x):
+    return _elementwise(_silu_fwd, x)
+
+
+def _silu_grad(x, grad_out):
+    return _elementwise(_silu_bwd, x, grad_out)
+
+
+# silu_forward(x) -----------------------------------------------------------------------------------------
+@wrong_("silu_forward", "loads and stores without a mask: the last block reads and writes past the tensor")
+def silu_forward_no_mask(x):
+    return _elementwise(_silu_fwd_no_mask, x)
+
+
+@wrong_("silu_forward", "offsets without the program id: every program computes the first block")
+def silu_forward_no_program_id(x):
+    return _elementwise(_silu_fwd_no_pid, x)
+
+
+@wrong_("silu_forward", "sigmoid as exp(x) / (1 + exp(x)): inf / inf = NaN for large x", says="special points")
+def silu_forward_unstable_sigmoid(x):
+    return _elementwise(_silu_fwd_unstable, x)
+
+
+@wrong_("silu_forward", "no kernel: x * torch.sigmoid(x)")
+def silu_forward_torch(x):
+    return x * torch.sigmoid(x)
+
+
+@wrong_("silu_forward", "a kernel for the sigmoid, then the product in torch")
+def silu_forward_kernel_then_torch(x):
+    return x * _elementwise(_sigmoid, x)
+
+
+@wrong_("silu_forward", "two launches: a sigmoid kernel, then a multiply kernel")
+def silu_forward_two_launches(x):
+    x = x.contiguous()
+    return _elementwise(_multiply, x, _elementwise(_sigmoid, x))
+
+
+@wrong_("silu_forward", "passes a non-contiguous x as it is: flat offsets read the wrong elements",
+        says="non-contiguous")
+def silu_forward_ignores_strides(x):
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if x.numel():
+        _silu_fwd[_blocks(x.numel(), 1024)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+@wrong_("silu_forward", "a grid of n // BLOCK programs: the last, partial block is never computed")
+def silu_forward_floor_grid(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    if x.numel() >= 256:
+        _silu_fwd[(x.numel() // 256,)](x, y, x.numel(), BLOCK=256)
+    return y
+
+
+@wrong_("silu_forward", "allocates y with torch.empty(x.shape): float32 whatever x's dtype")
+def silu_forward_float32_output(x):
+    x = x.contiguous()
+    y = torch.empty(x.shape, device=x.device)
+    if x.numel():
+        _silu_fwd[_blocks(x.numel(), 1024)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+@right_("silu_forward", "tl.sigmoid, blocks of 256")
+def silu_forward_block_256(x):
+    return _elementwise(_silu_fwd, x, block=256)
+
+
+@right_("silu_forward", "x / (1 + exp(-x)) written out: exp(-x) overflows to inf for very negative x, and x / inf = 0")
+def silu_forward_formula(x):
+    return _elementwise(_silu_fwd_formula, x)
+
+
+@right_("silu_forward", "a stable two-branch sigmoid from exp(-|x|)")
+def silu_forward_two_branch(x):
+    return _elementwise(_silu_fwd_two_branch, x, block=512)
+
+
+@right_("silu_forward", "reads x through its strides (up to 4 dims) instead of copying it")
+def silu_forward_strided(x):
+    if x.dim() > 4:
+        x = x.contiguous()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    sizes = [1] * (4 - x.dim()) + list(x.shape)
+    strides = [0] * (4 - x.dim()) + list(x.stride())
+    if x.numel():
+        _silu_fwd_strided[_blocks(x.numel(), 1024)](x, y, x.numel(), *sizes[1:], *strides, BLOCK=1024)
+    return y
+
+
+# silu_backward(x, grad_out) ------------------------------------------------------------------------------
+@wrong_("silu_backward", "drops the product rule: grad_out * sigmoid(x)")
+def silu_backward_no_product_rule(x, grad_out):
+    return _elementwise(_silu_bwd_no_product_rule, x, grad_out)
+
+
+@wrong_("silu_backward", "the derivative of the sigmoid alone: grad_out * s (1 - s)")
+def silu_backward_sigmoid_derivative(x, grad_out):
+    return _elementwise(_silu_bwd_sigmoid_derivative, x, grad_out)
+
+
+@wrong_("silu_backward", "forgets grad_out: returns silu'(x)")
+def silu_backward_no_grad_out(x, grad_out):
+    return _elementwise(_silu_bwd_no_grad_out, x, grad_out)
+
+
+@wrong_("silu_backward", "sigmoid as exp(x) / (1 + exp(x)): NaN for large x", says="special points")
+def silu_backward_unstable_sigmoid(x, grad_out):
+    return _elementwise(_silu_bwd_unstable, x, grad_out)
+
+
+@wrong_("silu_backward", "loads and stores without a mask")
+def silu_backward_no_mask(x, grad_out):
+    return _elementwise(_silu_bwd_no_mask, x, grad_out)
+
+
+@wrong_("silu_backward", "no kernel: asks autograd for the derivative of F.silu")
+def silu_backward_autograd(x, grad_out):
+    with torch.enable_grad():
+        leaf = x.detach().requires_grad_(True)
+        return torch.autograd.grad(torch.nn.functional.silu(leaf), leaf, grad_out)[0]
+
+
+@wrong_("silu_backward", "two launches: the sigmoid in one kernel, the gradient in another")
+def silu_backward_two_launches(x, grad_out):
+    x, grad_out = x.contiguous(), grad_out.contiguous()
+    s = _elementwise(_sigmoid, x)
+    dx = torch.empty_like(x)
+    if x.numel():
+        _silu_bwd_given_sigmoid[_blocks(x.numel(), 1024)](x, s, grad_out, dx, x.numel(), BLOCK=1024)
+    return dx
+
+
+@wrong_("silu_backward", "passes a non-contiguous x as it is: flat offsets read the wrong elements",
+        says="non-contiguous")
+def silu_backward_ignores_strides(x, grad_out):
+    grad_out = grad_out.contiguous()
+    dx = torch.empty_like(grad_out)
+    if x.numel():
+        _silu_bwd[_blocks(x.numel(), 1024)](x, grad_out, dx, x.numel(), BLOCK=1024)
+    return dx
+
+
+@right_("silu_backward", "s + y (1 - s) with y = x s, a stable two-branch sigmoid, blocks of 512")
+def silu_backward_from_y(x, grad_out):
+    return _elementwise(_silu_bwd_from_y, x, grad_out, block=512)
+
+
+@right_("silu_backward", "s (1 + x (1 - s)) with tl.sigmoid, blocks of 128")
+def silu_backward_block_128(x, grad_out):
+    return _elementwise(_silu_bwd, x, grad_out, block=128)
+
+
+# TritonSiLU ----------------------------------------------------------------------------------------------
+@wrong_("TritonSiLU", "saves y instead of x, and backward treats it as x")
+class TritonSiLUSavesY(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = _silu(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (y,) = ctx.saved_tensors
+        return _silu_grad(y, grad_out)
+
+
+@wrong_("TritonSiLU", "saves x and sigmoid(x): right gradients, but backward reads twice the bytes it needs")
+class TritonSiLUSavesSigmoid(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x = x.contiguous()
+        y, s = torch.empty_like(x), torch.empty_like(x)
+        if x.numel():
+            _silu_fwd_and_sigmoid[_blocks(x.numel(), 1024)](x, y, s, x.numel(), BLOCK=1024)
+        ctx.save_for_backward(x, s)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, s = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        dx = torch.empty_like(x)
+        if x.numel():
+            _silu_bwd_given_sigmoid[_blocks(x.numel(), 1024)](x, s, grad_out, dx, x.numel(), BLOCK=1024)
+        return dx
+
+
+@wrong_("TritonSiLU", "backward in torch: no kernel for the gradient")
+class TritonSiLUTorchBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _silu(x)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return grad_out * s * (1 + x * (1 - s))
+
+
+@wrong_("TritonSiLU", "forward by F.silu: no kernel for the forward pass")
+class TritonSiLUTorchForward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.nn.functional.silu(x)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return _silu_grad(x, grad_out)
+
+
+@wrong_("TritonSiLU", "backward forgets grad_out")
+class TritonSiLUNoGradOut(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _silu(x)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return _elementwise(_silu_bwd_no_grad_out, x, grad_out)
+
+
+@right_("TritonSiLU", "saves x; the strided forward kernel, the y-based backward kernel")
+class TritonSiLUStrided(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return silu_forward_strided(x)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return silu_backward_from_y(x, grad_out)
+
+
+@right_("TritonSiLU", "saves x; forward and backward with blocks of 256")
+class TritonSiLUBlocks(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _elementwise(_silu_fwd, x, block=256)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return _elementwise(_silu_bwd, x, grad_out, block=256)
+
+
+# RMSNorm forward kernels: one program per row, (x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_row, stride_col, eps)
+@triton.jit
+def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
+        acc += x * x
+    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
+    tl.store(rstd_ptr + row, rstd)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
+        w = tl.load(w_ptr + c, mask=c < cols)
+        tl.store(y_ptr + row * cols + c, x * rstd * w, mask=c < cols)
+
+
+@triton.jit
+def _rms_fwd_other_one(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=1.0)
+        acc += x * x
+    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
+    tl.store(rstd_ptr + row, rstd)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
+        tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
+
+
+@triton.jit
+def _rms_fwd_centred(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
+    """LayerNorm's statistic: the variance about the row's mean."""
+    row = tl.program_id(0)
+    total = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        total += tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
+    mean = tl.sum(total) / cols
+    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
+        acc += tl.where(c < cols, (x - mean) * (x - mean), 0.0)
+    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
+    tl.store(rstd_ptr + row, rstd)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
+        tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
+
+
+@triton.jit
+def _rms_fwd_eps_outside(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
+        acc += x * x
+    rstd = 1 / (tl.sqrt(tl.sum(acc) / cols) + eps)
+    tl.store(rstd_ptr + row, rstd)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
+        tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
+
+
+@triton.jit
+def _rms_fwd_one_block(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
+    """No loop: columns past the first block are neither counted nor written."""
+    row = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
+    rstd = 1 / tl.sqrt(tl.sum(x * x) / cols + eps)
+    tl.store(rstd_ptr + row, rstd)
+    tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
+
+
+@triton.jit
+def _rms_fwd_mean_over_block(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
+        acc += x * x
+    rstd = 1 / tl.sqrt(tl.sum(acc) / BLOCK + eps)
+    tl.store(rstd_ptr + row, rstd)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
+        tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
+
+
+@triton.jit
+def _rms_fwd_no_weight(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
+        acc += x * x
+    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
+    tl.store(rstd_ptr + row, rstd)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
+        tl.store(y_ptr + row * cols + c, x * rstd, mask=c < cols)
+
+
+@triton.jit
+def _rms_fwd_row_zero(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
+    """Every program reads the first row (no tl.program_id), and writes it to row 0."""
+    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + c * stride_c, mask=c < cols, other=0.0)
+        acc += x * x
+    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
+    tl.store(rstd_ptr, rstd)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + c * stride_c, mask=c < cols)
+        tl.store(y_ptr + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
+
+
+@triton.jit
+def _rms_apply(x_ptr, w_ptr, rstd_ptr, y_ptr, cols, BLOCK: tl.constexpr):
+    """y = x * rstd * w for one row, rstd given."""
+    row = tl.program_id(0)
+    rstd = tl.load(rstd_ptr + row)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * cols + c, mask=c < cols)
+        tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
+
+
+def _rms_forward(kernel, x, weight, eps, block=256, contiguous=True, rstd=None):
+    """Launch a forward kernel, one program per row; `rstd`: the buffer to fill (default: (rows,), x's dtype)."""
+    if contiguous:
+        x = x.contiguous()
+    rows, cols = x.shape
+    y = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    rstd = torch.empty(rows, dtype=x.dtype, device=x.device) if rstd is None else rstd
+    if rows:
+        kernel[(rows,)](x, weight, y, rstd, cols, x.stride(0), x.stride(1), eps, BLOCK=block)
+    return y, rstd
+
+
+# rmsnorm_forward(x, weight, eps) -------------------------------------------------------------------------
+@wrong_("rmsnorm_forward", "other=1.0 in the masked load of the sum of squares: each padding lane adds 1")
+def rmsnorm_forward_other_one(x, weight, eps):
+    return _rms_forward(_rms_fwd_other_one, x, weight, eps)
+
+
+@wrong_("rmsnorm_forward", "subtracts the row's mean before squaring: that is LayerNorm's rstd")
+def rmsnorm_forward_centred(x, weight, eps):
+    return _rms_forward(_rms_fwd_centred, x, weight, eps)
+
+
+@wrong_("rmsnorm_forward", "eps outside the square root: 1 / (sqrt(mean(x^2)) + eps)")
+def rmsnorm_forward_eps_outside(x, weight, eps):
+    return _rms_forward(_rms_fwd_eps_outside, x, weight, eps)
+
+
+@wrong_("rmsnorm_forward", "rstd of shape (rows, 1)")
+def rmsnorm_forward_rstd_column(x, weight, eps):
+    rstd = torch.empty((x.shape[0], 1), dtype=x.dtype, device=x.device)
+    return _rms_forward(_rms_fwd, x, weight, eps, rstd=rstd)
+
+
+@wrong_("rmsnorm_forward", "rstd allocated with torch.empty(rows): float32 whatever x's dtype")
+def rmsnorm_forward_rstd_float32(x, weight, eps):
+    return _rms_forward(_rms_fwd, x, weight, eps, rstd=torch.empty(x.shape[0], device=x.device))
+
+
+@wrong_("rmsnorm_forward", "one block of 1024 columns and no loop: wider rows lose their tail", says="wide")
+def rmsnorm_forward_one_block_1024(x, weight, eps):
+    return _rms_forward(_rms_fwd_one_block, x, weight, eps, block=1024)
+
+
+@wrong_("rmsnorm_forward", "divides the sum of squares by BLOCK, not by the number of columns")
+def rmsnorm_forward_mean_over_block(x, weight, eps):
+    return _rms_forward(_rms_fwd_mean_over_block, x, weight, eps)
+
+
+@wrong_("rmsnorm_forward", "forgets the weight: y = x * rstd")
+def rmsnorm_forward_no_weight(x, weight, eps):
+    return _rms_forward(_rms_fwd_no_weight, x, weight, eps)
+
+
+@wrong_("rmsnorm_forward", "row offsets without the program id: every program normalises the first row")
+def rmsnorm_forward_no_program_id(x, weight, eps):
+    return _rms_forward(_rms_fwd_row_zero, x, weight, eps)
+
+
+@wrong_("rmsnorm_forward", "rstd in torch (x.pow(2).mean(-1) ...), a kernel only for y")
+def rmsnorm_forward_torch_rstd(x, weight, eps):
+    x = x.contiguous()
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + eps)
+    y = torch.empty_like(x)
+    if x.shape[0]:
+        _rms_apply[(x.shape[0],)](x, weight, rstd, y, x.shape[1], BLOCK=256)
+    return y, rstd
+
+
+@wrong_("rmsnorm_forward", "passes a non-contiguous x as it is with row stride = cols", says="non-contiguous")
+def rmsnorm_forward_ignores_strides(x, weight, eps):
+    rows, cols = x.shape
+    y = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    rstd = torch.empty(rows, dtype=x.dtype, device=x.device)
+    if rows:
+        _rms_fwd[(rows,)](x, weight, y, rstd, cols, cols, 1, eps, BLOCK=256)
+    return y, rstd
+
+
+@right_("rmsnorm_forward", "a loop over column blocks of 256, x read through its strides")
+def rmsnorm_forward(x, weight, eps):
+    return _rms_forward(_rms_fwd, x, weight, eps, contiguous=False)
+
+
+@right_("rmsnorm_forward", "x.contiguous(), one block of next_power_of_2(cols) (looping only past BLOCK_LIMIT)")
+def rmsnorm_forward_one_block(x, weight, eps):
+    block = min(triton.next_power_of_2(max(x.shape[1], 1)), BLOCK_LIMIT)
+    return _rms_forward(_rms_fwd, x, weight, eps, block=block)
+
+
+# RMSNorm backward kernels: grad_x = rstd g w - x rstd^3 sum(g w x) / cols; grad_weight = sum over rows of g x rstd
+@triton.jit
+def _rms_bwd_partial(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, partial_ptr, rows, cols, stride_r, stride_c,
+                     ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """ROWS rows per program; program p adds its rows' g x rstd into partial[p]."""
+    p = tl.program_id(0)
+    for r in range(ROWS):
+        row = p * ROWS + r
+        if row < rows:
+            rstd = tl.load(rstd_ptr + row)
+            dot = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+            for start in range(0, cols, BLOCK):
+                c = start + tl.arange(0, BLOCK)
+                x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
+                gw = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0) * tl.load(w_ptr + c, mask=c < cols,
+                                                                                          other=0.0)
+                dot += gw * x
+            k = rstd * rstd * rstd * tl.sum(dot) / cols
+            for start in range(0, cols, BLOCK):
+                c = start + tl.arange(0, BLOCK)
+                x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
+                g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0)
+                w = tl.load(w_ptr + c, mask=c < cols)
+                tl.store(dx_ptr + row * cols + c, rstd * g * w - x * k, mask=c < cols)
+                part = tl.load(partial_ptr + p * cols + c, mask=c < cols)
+                tl.store(partial_ptr + p * cols + c, part + g * x * rstd, mask=c < cols)
+
+
+@triton.jit
+def _sum_rows(partial_ptr, out_ptr, rows, cols, BLOCK: tl.constexpr):
+    """out[c] = sum over rows of partial[:, c], one column block per program, cast to out's dtype."""
+    c = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=partial_ptr.dtype.element_ty)
+    for r in range(rows):
+        acc += tl.load(partial_ptr + r * cols + c, mask=c < cols, other=0.0)
+    tl.store(out_ptr + c, acc.to(out_ptr.dtype.element_ty), mask=c < cols)
+
+
+@triton.jit
+def _rms_bwd_atomic(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, cols, BLOCK: tl.constexpr):
+    """One row per program; each adds its g x rstd into dw with atomics."""
+    row = tl.program_id(0)
+    rstd = tl.load(rstd_ptr + row)
+    dot = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * cols + c, mask=c < cols, other=0.0)
+        g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0)
+        dot += g * tl.load(w_ptr + c, mask=c < cols, other=0.0) * x
+    mean = tl.sum(dot) / cols
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * cols + c, mask=c < cols, other=0.0)
+        g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0)
+        w = tl.load(w_ptr + c, mask=c < cols)
+        tl.store(dx_ptr + row * cols + c, rstd * (g * w - x * rstd * rstd * mean), mask=c < cols)
+        tl.atomic_add(dw_ptr + c, g * x * rstd, mask=c < cols)
+
+
+@triton.jit
+def _cast(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n).to(dst_ptr.dtype.element_ty), mask=offs < n)
+
+
+@triton.jit
+def _rms_bwd_rows(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, partial_ptr, cols, BLOCK: tl.constexpr,
+                  MEAN_TERM: tl.constexpr, RSTD_POWER: tl.constexpr, OTHER: tl.constexpr, WEIGHT_RSTD: tl.constexpr):
+    """One row per program, its g x rstd into partial[row]. The flags each plant one bug of the catalogue:
+    MEAN_TERM=False drops grad_x's mean term, RSTD_POWER=1 scales it by rstd instead of rstd^3, OTHER=1.0
+    pads the dot product's loads with ones, WEIGHT_RSTD=False forgets rstd in grad_weight."""
+    row = tl.program_id(0)
+    rstd = tl.load(rstd_ptr + row)
+    dot = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * cols + c, mask=c < cols, other=OTHER)
+        g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=OTHER)
+        dot += g * tl.load(w_ptr + c, mask=c < cols, other=OTHER) * x
+    k = tl.sum(dot) / cols * rstd
+    if RSTD_POWER == 3:
+        k = k * rstd * rstd
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * cols + c, mask=c < cols, other=0.0)
+        g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0)
+        w = tl.load(w_ptr + c, mask=c < cols)
+        dx = rstd * g * w
+        if MEAN_TERM:
+            dx -= x * k
+        tl.store(dx_ptr + row * cols + c, dx, mask=c < cols)
+        dw = g * x * rstd if WEIGHT_RSTD else g * x
+        tl.store(partial_ptr + row * cols + c, dw, mask=c < cols)
+
+
+def _rms_backward_rows(grad_out, x, weight, rstd, first_only=False, **bug):
+    """grad_x and per-row partials of grad_weight in one launch, then a second kernel sums the partials
+    (`first_only`: or returns the first program's partial as grad_weight)."""
+    flags = dict(MEAN_TERM=True, RSTD_POWER=3, OTHER=0.0, WEIGHT_RSTD=True) | bug
+    x, grad_out = x.contiguous(), grad_out.contiguous()
+    rows, cols = x.shape
+    grad_x = torch.empty_like(x)
+    partial = torch.empty((rows, cols), dtype=weight.dtype, device=x.device)
+    grad_weight = torch.empty_like(weight)
+    if rows:
+        _rms_bwd_rows[(rows,)](grad_out, x, weight, rstd, grad_x, partial, cols, BLOCK=256, **flags)
+    if first_only:
+        return grad_x, partial[0]
+    if cols:
+        _sum_rows[_blocks(cols, 256)](partial, grad_weight, rows, cols, BLOCK=256)
+    return grad_x, grad_weight
+
+
+# rmsnorm_backward(grad_out, x, weight, rstd) -------------------------------------------------------------
+@wrong_("rmsnorm_backward", "grad_weight is the first program's partial sum: not reduced across programs")
+def rmsnorm_backward_first_partial(grad_out, x, weight, rstd):
+    return _rms_backward_rows(grad_out, x, weight, rstd, first_only=True)
+
+
+@wrong_("rmsnorm_backward", "grad_x without the mean term: g * w * rstd")
+def rmsnorm_backward_no_mean_term(grad_out, x, weight, rstd):
+    return _rms_backward_rows(grad_out, x, weight, rstd, MEAN_TERM=False)
+
+
+@wrong_("rmsnorm_backward", "the mean term scaled by rstd, not rstd^3")
+def rmsnorm_backward_rstd_once(grad_out, x, weight, rstd):
+    return _rms_backward_rows(grad_out, x, weight, rstd, RSTD_POWER=1)
+
+
+@wrong_("rmsnorm_backward", "other=1.0 in the masked loads of the row's sum of g w x")
+def rmsnorm_backward_other_one(grad_out, x, weight, rstd):
+    return _rms_backward_rows(grad_out, x, weight, rstd, OTHER=1.0)
+
+
+@wrong_("rmsnorm_backward", "grad_weight = sum of g x: forgets rstd")
+def rmsnorm_backward_weight_without_rstd(grad_out, x, weight, rstd):
+    return _rms_backward_rows(grad_out, x, weight, rstd, WEIGHT_RSTD=False)
+
+
+@wrong_("rmsnorm_backward", "atomic_add into torch.empty: grad_weight starts from whatever the memory held")
+def rmsnorm_backward_atomic_into_empty(grad_out, x, weight, rstd):
+    x, grad_out = x.contiguous(), grad_out.contiguous()
+    grad_x, grad_weight = torch.empty_like(x), torch.empty_like(weight)
+    if x.shape[0]:
+        _rms_bwd_atomic[(x.shape[0],)](grad_out, x, weight, rstd, grad_x, grad_weight, x.shape[1], BLOCK=256)
+    return grad_x, grad_weight
+
+
+@wrong_("rmsnorm_backward", "grad_weight in torch: (grad_out * x * rstd[:, None]).sum(0)")
+def rmsnorm_backward_torch_weight(grad_out, x, weight, rstd):
+    grad_x, _ = _rms_backward_rows(grad_out, x, weight, rstd)
+    return grad_x, (grad_out * x * rstd[:, None]).sum(0)
+
+
+@wrong_("rmsnorm_backward", "passes a non-contiguous x as it is: flat row offsets read the wrong elements",
+        says="non-contiguous")
+def rmsnorm_backward_ignores_strides(grad_out, x, weight, rstd):
+    grad_out = grad_out.contiguous()
+    grad_x, grad_weight = torch.empty_like(grad_out), torch.zeros_like(weight)
+    if x.shape[0]:
+        _rms_bwd_atomic[(x.shape[0],)](grad_out, x, weight, rstd, grad_x, grad_weight, x.shape[1], BLOCK=256)
+    return grad_x, grad_weight
+
+
+@right_("rmsnorm_backward", "4 rows per program, x read through its strides, partial sums reduced by a second kernel")
+def rmsnorm_backward(grad_out, x, weight, rstd):
+    grad_out = grad_out.contiguous()
+    rows, cols = x.shape
+    programs = triton.cdiv(rows, 4)
+    grad_x = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    partial = torch.zeros((programs, cols), dtype=_accumulator(x.dtype), device=x.device)
+    grad_weight = torch.empty_like(weight)
+    if rows:
+        _rms_bwd_partial[(programs,)](grad_out, x, weight, rstd, grad_x, partial, rows, cols, x.stride(0),
+                                      x.stride(1), ROWS=4, BLOCK=128)
+    if cols:
+        _sum_rows[_blocks(cols, 128)](partial, grad_weight, programs, cols, BLOCK=128)
+    return grad_x, grad_weight
+
+
+@right_("rmsnorm_backward", "tl.atomic_add into a zeroed float32 (float64 for float64) buffer, cast by a kernel")
+def rmsnorm_backward_atomic(grad_out, x, weight, rstd):
+    x, grad_out = x.contiguous(), grad_out.contiguous()
+    rows, cols = x.shape
+    grad_x = torch.empty_like(x)
+    total = torch.zeros(cols, dtype=_accumulator(weight.dtype), device=x.device)
+    if rows:
+        _rms_bwd_atomic[(rows,)](grad_out, x, weight, rstd, grad_x, total, cols, BLOCK=512)
+    if total.dtype == weight.dtype:
+        return grad_x, total
+    grad_weight = torch.empty_like(weight)
+    if cols:
+        _cast[_blocks(cols, 1024)](total, grad_weight, cols, BLOCK=1024)
+    return grad_x, grad_weight
+
+
+# TritonRMSNorm -------------------------------------------------------------------------------------------
+@wrong_("TritonRMSNorm", "forward returns rmsnorm_forward's (y, rstd): apply gives a tuple, not y")
+class TritonRMSNormReturnsTuple(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps=1e-6):
+        out = rmsnorm_forward(x, weight, eps)
+        ctx.save_for_backward(x, weight, out[1])
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_y, grad_rstd):
+        x, weight, rstd = ctx.saved_tensors
+        grad_x, grad_weight = rmsnorm_backward(grad_y, x, weight, rstd)
+        return grad_x, grad_weight, None
+
+
+class _TritonRMSNormBase(torch.autograd.Function):
+    """A correct TritonRMSNorm on the functions above; the wrong entries below override one method."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps=1e-6):
+        y, rstd = rmsnorm_forward(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, rstd = ctx.saved_tensors
+        grad_x, grad_weight = rmsnorm_backward(grad_out, x, weight, rstd)
+        return grad_x, grad_weight, None
+
+
+@wrong_("TritonRMSNorm", "backward returns None for the weight's gradient")
+class TritonRMSNormNoWeightGrad(_TritonRMSNormBase):
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, rstd = ctx.saved_tensors
+        return rmsnorm_backward(grad_out, x, weight, rstd)[0], None, None
+
+
+@wrong_("TritonRMSNorm", "backward returns no None for eps")
+class TritonRMSNormTwoGradients(_TritonRMSNormBase):
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, rstd = ctx.saved_tensors
+        return rmsnorm_backward(grad_out, x, weight, rstd)
+
+
+@wrong_("TritonRMSNorm", "backward passes x where grad_out goes and grad_out where x goes")
+class TritonRMSNormSwapped(_TritonRMSNormBase):
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, rstd = ctx.saved_tensors
+        grad_x, grad_weight = rmsnorm_backward(x, grad_out, weight, rstd)
+        return grad_x, grad_weight, None
+
+
+@wrong_("TritonRMSNorm", "forward in torch (x * rsqrt(mean(x^2) + eps) * weight): no kernel")
+class TritonRMSNormTorchForward(_TritonRMSNormBase):
+    @staticmethod
+    def forward(ctx, x, weight, eps=1e-6):
+        rstd = torch.rsqrt(x.pow(2).mean(-1) + eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return x * rstd[:, None] * weight
+
+
+@wrong_("TritonRMSNorm", "saves the LayerNorm rstd: the forward kernel subtracts the mean")
+class TritonRMSNormCentred(_TritonRMSNormBase):
+    @staticmethod
+    def forward(ctx, x, weight, eps=1e-6):
+        y, rstd = rmsnorm_forward_centred(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+
+@right_("TritonRMSNorm", "saves x, weight and rstd; strided forward, partial sums reduced by a second kernel")
+class TritonRMSNormPartials(_TritonRMSNormBase):
+    pass
+
+
+@right_("TritonRMSNorm", "one block per row, x.contiguous() first, grad_weight by atomics")
+class TritonRMSNormAtomic(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        y, rstd = rmsnorm_forward_one_block(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, rstd = ctx.saved_tensors
+        return *rmsnorm_backward_atomic(grad_out, x, weight, rstd), None
