@@ -1,0 +1,165 @@
+"""autograder.checks.kernels: the guard marks the memory around inputs and allocations and sees every
+write there, counts launches, refuses torch maths outside a launch (and not Triton's own inside one);
+the checks accept kernels written here and name the slips of wrong ones. The notebook's catalogue of
+wrong and right answers is tests/mutants/nb09_kernels.py; these tests hold the guard itself.
+
+Kernels launch on the course's device (Triton's interpreter without CUDA: triton_setup.prepare() runs
+before triton is imported); the guard's memory tests also run on every device.
+"""
+import pytest
+import torch
+
+from autograder.learner import triton_setup
+
+TRITON = triton_setup.prepare()
+import triton  # noqa: E402  (after prepare(): TRITON_INTERPRET must be set first)
+import triton.language as tl  # noqa: E402
+
+from autograder.checks import GradingError  # noqa: E402
+from autograder.checks import kernels as kc  # noqa: E402
+from autograder.checks.kernels import guard  # noqa: E402
+from autograder.learner.device import available_devices, get_device  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not TRITON.usable, reason=TRITON.message)
+
+
+@pytest.fixture(params=available_devices())
+def device(request):
+    return torch.device(request.param)
+
+
+@triton.jit
+def _scale(x_ptr, y_ptr, n, MASKED: tl.constexpr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if MASKED:
+        tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n) * 3, mask=offsets < n)
+    else:
+        tl.store(y_ptr + offsets, tl.load(x_ptr + offsets) * 3)
+
+
+def scale(x, masked=True, block=64):
+    """3 x with one launch (or, with masked=False, a kernel that writes past y)."""
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    if x.numel():
+        _scale[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), MASKED=masked, BLOCK=block)
+    return y
+
+
+# --- the marked memory --------------------------------------------------------------------------------
+def test_an_input_sits_in_marked_memory_with_its_values(device):
+    t = torch.arange(12.0, device=device).reshape(3, 4)
+    region = guard.Region.input("x", t)
+    assert torch.equal(region.view, t) and region.view.is_contiguous()
+    assert region.view.storage_offset() == guard.PAD and not region.written_outside()
+    before = guard.bits(region.buffer[: guard.PAD])
+    assert bool((before == guard.AROUND[4]).all())
+
+
+def test_a_gapped_input_has_marked_gaps_between_elements_and_rows(device):
+    t = torch.arange(12.0, device=device).reshape(3, 4)
+    region = guard.Region.input("x", t, gapped=True)
+    assert torch.equal(region.view, t) and not region.view.is_contiguous()
+    assert region.view.stride() == (16, 2)
+    with pytest.raises(RuntimeError):
+        region.view.view(-1)  # no two dimensions merge
+    assert torch.isnan(region.buffer[guard.PAD + 1])  # the gap after the first element
+
+
+@pytest.mark.parametrize("where", ["before", "after", "gap"])
+def test_a_write_outside_the_view_is_seen(device, where):
+    region = guard.Region.input("x", torch.ones(2, 3, device=device), gapped=True)
+    index = {"before": guard.PAD - 1, "after": -1, "gap": guard.PAD + 1}[where]
+    region.buffer[index] = 0.0
+    assert region.written_outside()
+
+
+def test_an_edit_of_an_input_is_seen(device):
+    region = guard.Region.input("x", torch.ones(5, device=device))
+    assert not region.changed()
+    region.view[2] = 7.0
+    assert region.changed() and not region.written_outside()
+
+
+def test_allocations_come_from_marked_buffers(device):
+    x = torch.ones(4, 5, device=device, dtype=torch.float64)
+    with guard.guarded() as watch:
+        empty, zeros = torch.empty_like(x), torch.zeros(3, device=device)
+    assert [r.view.shape for r in watch.allocated] == [(4, 5), (3,)]
+    assert empty.untyped_storage().nbytes() > empty.numel() * 8
+    assert guard.unwritten(empty) == (20, 20, 0) and guard.unwritten(zeros) is None
+    assert torch.equal(zeros, torch.zeros(3, device=device)) and watch.refused is None
+    empty[0, :] = 1.0
+    assert guard.unwritten(empty) == (15, 20, 5)
+
+
+def test_torch_maths_is_recorded_and_views_copies_and_allocations_are_not(device):
+    x = torch.randn(6, 4, device=device)
+    with guard.guarded() as watch:
+        x[::2].contiguous().reshape(-1).view(3, 4).t().to(torch.float64)
+        torch.empty(2, device=device).zero_()
+    assert watch.refused is None
+    with guard.guarded() as watch:
+        torch.sigmoid(x)
+        x * 2
+    assert watch.refused == "aten::sigmoid"
+
+
+# --- launches ------------------------------------------------------------------------------------------
+def test_launches_are_counted_and_triton_s_own_torch_calls_are_not_refused():
+    x = torch.randn(100, device=get_device())
+    with guard.guarded() as watch:
+        y = scale(x)
+        scale(y)
+    assert watch.launches == 2 and watch.refused is None
+    assert torch.allclose(y, 3 * x)
+    with guard.guarded() as watch:
+        pass
+    assert watch.launches == 0
+
+
+def test_a_store_without_a_mask_lands_in_the_marked_padding_and_is_seen():
+    run = guard.run_guarded(lambda x: scale(x, masked=False), torch.randn(100, device=get_device()), names=("x",))
+    assert run.launches == 1 and run.wrote_outside == ["a tensor your code allocated (shape (100,), torch.float32)"]
+    run = guard.run_guarded(scale, torch.randn(100, device=get_device()), names=("x",))
+    assert run.wrote_outside == [] and run.changed == [] and run.unwritten == {}
+
+
+# --- the checks on kernels written here ---------------------------------------------------------------
+def test_a_kernel_for_another_function_is_judged_by_its_values():
+    def times_three(x):
+        return scale(x)
+
+    with pytest.raises(GradingError, match="wrong values in silu_forward"):
+        kc.check_silu_forward("silu_forward", times_three, [kc.silu_case((70,), seed=1)])
+
+
+def test_too_few_blocks_leave_elements_unwritten_and_the_message_says_so():
+    def one_block(x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        _scale[(1,)](x, y, x.numel(), MASKED=True, BLOCK=64)
+        return y
+
+    with pytest.raises(GradingError, match=r"6 of 70 elements of silu_forward\(x\) were never written"):
+        kc.check_silu_forward("silu_forward", one_block, [kc.silu_case((70,), seed=1)])
+
+
+def test_torch_maths_fails_with_the_op_named():
+    with pytest.raises(GradingError, match=r"computes with torch \(aten::sigmoid\) outside your kernel"):
+        kc.check_silu_forward("silu_forward", lambda x: x * torch.sigmoid(scale(x)), [kc.silu_case((70,), seed=1)])
+
+
+def test_a_missing_launch_and_extra_launches_are_named():
+    with pytest.raises(GradingError, match="launched no Triton kernel"):
+        kc.check_silu_forward("silu_forward", torch.empty_like, [kc.silu_case((70,), seed=1)])
+    with pytest.raises(GradingError, match="launched 2 Triton kernels"):
+        kc.check_silu_forward("silu_forward", lambda x: scale(scale(x)), [kc.silu_case((70,), seed=1)])
+
+
+def test_stresses_name_themselves():
+    cases = [kc.silu_case((4, 5), seed=1, stress="non-contiguous")]
+    with pytest.raises(GradingError, match="fails for a non-contiguous x"):
+        kc.check_silu_forward("silu_forward", lambda x: scale(x), cases)
+    wide = kc.rmsnorm_case(2, 3, seed=1, stress="wide-rows")
+    assert wide["x"].shape == (2, kc.BLOCK_LIMIT + 904) and wide["weight"].shape == (kc.BLOCK_LIMIT + 904,)
