@@ -1,5 +1,6 @@
 """The benchmarks run to the end on the classes they simulate, so that the figures in the README can
 be made again. Small runs: the numbers are not checked here, only that every kind is met and survived."""
+import os
 import re
 import subprocess
 import sys
@@ -26,3 +27,17 @@ def test_the_grading_benchmark_survives_every_kind_of_submission():
     assert re.search(r"^speed-up: \d+\.\d\dx$", said, re.M), said
     [timed] = [line for line in said.splitlines() if line.startswith("our seconds per submission")]
     assert all(f" {kind} " in timed for kind in ("perfect", "partial", "blank", "crash", "endless")), timed
+
+
+def test_the_kernels_benchmark_counts_bytes_without_cuda():
+    """Without CUDA the kernels run in Triton's interpreter: bytes only, and the fused SiLU moves what it
+    must (x read, y written: twice x's size) where the eager formula moves five times x's size."""
+    done = subprocess.run([sys.executable, "benchmarks/kernels.py"], cwd=course.ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "COURSE_DEVICE": "cpu"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "its times mean nothing" in done.stdout
+    silu = done.stdout.split("\nRMSNorm")[0]
+    moved = {(m[1], m[2]): float(m[3]) for m in re.finditer(
+        r"^(eager formula|TritonSiLU \(ours\))\s+(forward|forward \+ backward)\s+[\d,]+\s+([\d.]+)$", silu, re.M)}
+    assert moved[("eager formula", "forward")] == 5.0 and moved[("TritonSiLU (ours)", "forward")] == 2.0, done.stdout
+    assert moved[("TritonSiLU (ours)", "forward + backward")] == 5.0, done.stdout

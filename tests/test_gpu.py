@@ -25,6 +25,7 @@ BENCHMARKS = {
     "checkpointing.py": ([], "device: cuda"),
     "course_runtime.py": ([], "CUDA"),
     "grading.py": (["--students", "2", "--repeats", "1", "--workers", "2", "01_chain_rule"], "speed-up"),
+    "kernels.py": ([], "of peak"),
 }
 
 

@@ -118,7 +118,7 @@ def unwritten(t):
     return (count, t.numel(), int(left.nonzero()[0])) if count else None
 
 
-def _kernel_classes():
+def kernel_classes():
     """Triton's kernel classes whose `run` launches a grid, where Triton is imported."""
     found = []
     for module, name in (("triton.runtime.jit", "JITFunction"), ("triton.runtime.interpreter", "InterpretedFunction")):
@@ -165,7 +165,7 @@ class KernelGuard(TorchDispatchMode):
     @contextlib.contextmanager
     def launches_counted(self):
         """Count every Triton launch; Triton's own torch calls during a launch are not the learner's."""
-        classes = _kernel_classes()
+        classes = kernel_classes()
         originals = {cls: vars(cls)["run"] for cls in classes}
 
         def counted(original):
