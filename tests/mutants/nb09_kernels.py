@@ -281,6 +281,18 @@ def silu_forward_float32_output(x):
     return y
 
 
+@wrong_("silu_forward", "stores y over x (y_ptr = x) and returns x: the input is overwritten")
+def silu_forward_in_place(x):
+    if x.numel():
+        _silu_fwd[_blocks(x.numel(), 1024)](x, x, x.numel(), BLOCK=1024)
+    return x
+
+
+@wrong_("silu_forward", "BLOCK = 1000: tl.arange needs a power of two")
+def silu_forward_block_1000(x):
+    return _elementwise(_silu_fwd, x, block=1000)
+
+
 @right_("silu_forward", "tl.sigmoid, blocks of 256")
 def silu_forward_block_256(x):
     return _elementwise(_silu_fwd, x, block=256)
@@ -869,6 +881,16 @@ def rmsnorm_backward_ignores_strides(grad_out, x, weight, rstd):
     return grad_x, grad_weight
 
 
+@wrong_("rmsnorm_backward", "atomic_add into torch.zeros(cols, dtype=torch.float32), returned as it is: float32 for "
+                            "float64 weights")
+def rmsnorm_backward_float32_weight_grad(grad_out, x, weight, rstd):
+    x, grad_out = x.contiguous(), grad_out.contiguous()
+    grad_x, grad_weight = torch.empty_like(x), torch.zeros(x.shape[1], dtype=torch.float32, device=x.device)
+    if x.shape[0]:
+        _rms_bwd_atomic[(x.shape[0],)](grad_out, x, weight, rstd, grad_x, grad_weight, x.shape[1], BLOCK=256)
+    return grad_x, grad_weight
+
+
 @right_("rmsnorm_backward", "4 rows per program, x read through its strides, partial sums reduced by a second kernel")
 def rmsnorm_backward(grad_out, x, weight, rstd):
     grad_out = grad_out.contiguous()
@@ -993,3 +1015,18 @@ class TritonRMSNormAtomic(torch.autograd.Function):
     def backward(ctx, grad_out):
         x, weight, rstd = ctx.saved_tensors
         return *rmsnorm_backward_atomic(grad_out, x, weight, rstd), None
+
+
+@right_("TritonRMSNorm", "saves x and weight only; backward recomputes rstd with the forward kernel (06's trade)")
+class TritonRMSNormRecomputes(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        ctx.eps = eps
+        ctx.save_for_backward(x, weight)
+        return rmsnorm_forward(x, weight, eps)[0]
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight = ctx.saved_tensors
+        rstd = rmsnorm_forward(x, weight, ctx.eps)[1]
+        return *rmsnorm_backward(grad_out, x, weight, rstd), None
