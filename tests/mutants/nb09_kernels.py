@@ -671,6 +671,12 @@ def rmsnorm_forward_one_block_1024(x, weight, eps):
     return _rms_forward(_rms_fwd_one_block, x, weight, eps, block=1024)
 
 
+@wrong_("rmsnorm_forward", "one block of next_power_of_2(cols) and no loop: a block of 8192 for 5000 columns, past "
+                           "BLOCK_LIMIT", says="wide")
+def rmsnorm_forward_unbounded_block(x, weight, eps):
+    return _rms_forward(_rms_fwd_one_block, x, weight, eps, block=triton.next_power_of_2(max(x.shape[1], 1)))
+
+
 @wrong_("rmsnorm_forward", "divides the sum of squares by BLOCK, not by the number of columns")
 def rmsnorm_forward_mean_over_block(x, weight, eps):
     return _rms_forward(_rms_fwd_mean_over_block, x, weight, eps)
