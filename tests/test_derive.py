@@ -24,6 +24,7 @@ DERIVED = {
                "StableLogSumExp"],
     "07_by_hand": ["embedding_backward", "batchnorm_backward", "manual_backward"],
     "08_higher_order": ["hvp", "SmoothAbs"],
+    "09_kernels": ["silu_backward", "rmsnorm_backward"],
 }
 
 
