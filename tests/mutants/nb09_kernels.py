@@ -85,6 +85,14 @@ def _silu_fwd_strided(x_ptr, y_ptr, n, size1, size2, size3, stride0, stride1, st
 
 
 @triton.jit
+def _silu_fwd_float32(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
+    tl.store(y_ptr + offs, x * tl.sigmoid(x), mask=mask)
+
+
+@triton.jit
 def _silu_fwd_no_mask(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs)
@@ -291,6 +299,20 @@ def silu_forward_in_place(x):
 @wrong_("silu_forward", "BLOCK = 1000: tl.arange needs a power of two")
 def silu_forward_block_1000(x):
     return _elementwise(_silu_fwd, x, block=1000)
+
+
+@wrong_("silu_forward", "computes in float32 (x.to(tl.float32)): float64 inputs lose their precision")
+def silu_forward_float32_maths(x):
+    return _elementwise(_silu_fwd_float32, x)
+
+
+@wrong_("silu_forward", "one program with BLOCK = next_power_of_2(n): a block past BLOCK_LIMIT")
+def silu_forward_one_program(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    if x.numel():
+        _silu_fwd[(1,)](x, y, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    return y
 
 
 @right_("silu_forward", "tl.sigmoid, blocks of 256")
@@ -569,6 +591,40 @@ def _rms_fwd_one_block(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, 
 
 
 @triton.jit
+def _rms_fwd_no_eps(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
+        acc += x * x
+    rstd = 1 / tl.sqrt(tl.sum(acc) / cols)
+    tl.store(rstd_ptr + row, rstd)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
+        tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
+
+
+@triton.jit
+def _rms_fwd_store_strided(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
+    """Stores y at x's offsets: right for a contiguous x, past y for a strided one."""
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
+        acc += x * x
+    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
+    tl.store(rstd_ptr + row, rstd)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        offsets = row * stride_r + c * stride_c
+        x = tl.load(x_ptr + offsets, mask=c < cols)
+        tl.store(y_ptr + offsets, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
+
+
+@triton.jit
 def _rms_fwd_mean_over_block(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
@@ -675,6 +731,16 @@ def rmsnorm_forward_one_block_1024(x, weight, eps):
                            "BLOCK_LIMIT", says="wide")
 def rmsnorm_forward_unbounded_block(x, weight, eps):
     return _rms_forward(_rms_fwd_one_block, x, weight, eps, block=triton.next_power_of_2(max(x.shape[1], 1)))
+
+
+@wrong_("rmsnorm_forward", "forgets eps: 1 / sqrt(mean(x^2))")
+def rmsnorm_forward_no_eps(x, weight, eps):
+    return _rms_forward(_rms_fwd_no_eps, x, weight, eps)
+
+
+@wrong_("rmsnorm_forward", "stores y at x's strided offsets: past y for a non-contiguous x", says="non-contiguous")
+def rmsnorm_forward_stores_with_x_strides(x, weight, eps):
+    return _rms_forward(_rms_fwd_store_strided, x, weight, eps, contiguous=False)
 
 
 @wrong_("rmsnorm_forward", "divides the sum of squares by BLOCK, not by the number of columns")
