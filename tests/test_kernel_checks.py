@@ -163,3 +163,17 @@ def test_stresses_name_themselves():
         kc.check_silu_forward("silu_forward", lambda x: scale(x), cases)
     wide = kc.rmsnorm_case(2, 3, seed=1, stress="wide-rows")
     assert wide["x"].shape == (2, kc.BLOCK_LIMIT + 904) and wide["weight"].shape == (kc.BLOCK_LIMIT + 904,)
+
+
+def test_a_block_larger_than_the_limit_is_named():
+    def one_big_block(x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        _scale[(1,)](x, y, x.numel(), MASKED=True, BLOCK=triton.next_power_of_2(x.numel()))
+        return y
+
+    one_big_block(torch.ones(5000, device=get_device()))  # right values: only the limit refuses it
+    with pytest.raises(GradingError, match="launched a kernel with BLOCK = 8192: a block holds at most 4096"):
+        kc.check_silu_forward("silu_forward", one_big_block, [kc.silu_case((5000,), seed=1)])
+    with pytest.raises(GradingError, match="wrong values"):  # a block of 4096 is within the limit: 3x is judged
+        kc.check_silu_forward("silu_forward", one_big_block, [kc.silu_case((4096,), seed=1)])

@@ -22,6 +22,7 @@ and how many elements of each returned tensor the kernel never wrote.
 """
 import contextlib
 import dataclasses
+import inspect
 import sys
 
 import torch
@@ -118,6 +119,21 @@ def unwritten(t):
     return (count, t.numel(), int(left.nonzero()[0])) if count else None
 
 
+def constexprs(kernel, args, kwargs) -> dict:
+    """{name: value} of a launch's `tl.constexpr` parameters (block sizes), read from the kernel's
+    Python function: its annotations say which parameters are compile-time constants."""
+    fn = getattr(kernel, "fn", None)
+    if fn is None:
+        return {}
+    try:
+        signature = inspect.signature(fn)
+        bound = signature.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in signature.parameters})
+    except (TypeError, ValueError):
+        return {}
+    return {name: value for name, value in bound.arguments.items()
+            if "constexpr" in str(signature.parameters[name].annotation)}
+
+
 def kernel_classes():
     """Triton's kernel classes whose `run` launches a grid, where Triton is imported."""
     found = []
@@ -139,6 +155,7 @@ class KernelGuard(TorchDispatchMode):
     def __init__(self, refuse=True):
         super().__init__()
         self.refuse, self.launches, self.inside, self.refused, self.allocated = refuse, 0, 0, None, []
+        self.largest_block = None  # (name, value) of the largest integer constexpr of any launch
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -162,6 +179,11 @@ class KernelGuard(TorchDispatchMode):
         self.allocated.append(region)
         return region.view
 
+    def _note_blocks(self, kernel, args, kwargs):
+        for name, value in constexprs(kernel, args, kwargs).items():
+            if isinstance(value, int) and not isinstance(value, bool) and value > (self.largest_block or ("", 0))[1]:
+                self.largest_block = (name, value)
+
     @contextlib.contextmanager
     def launches_counted(self):
         """Count every Triton launch; Triton's own torch calls during a launch are not the learner's."""
@@ -173,6 +195,7 @@ class KernelGuard(TorchDispatchMode):
                 if kwargs.get("warmup"):
                     return original(kernel, *args, **kwargs)
                 self.launches += 1
+                self._note_blocks(kernel, args, kwargs)
                 self.inside += 1
                 try:
                     return original(kernel, *args, **kwargs)
@@ -198,6 +221,7 @@ class KernelRun:
     wrote_outside: list = dataclasses.field(default_factory=list)
     changed: list = dataclasses.field(default_factory=list)
     unwritten: dict = dataclasses.field(default_factory=dict)  # position in the result -> unwritten()
+    largest_block: tuple = None  # (name, value): the largest integer tl.constexpr a launch was given
 
 
 def _compact(value):
@@ -226,7 +250,8 @@ def report(guard, regions, result) -> KernelRun:
     return KernelRun(result=_compact(result), launches=guard.launches, refused=guard.refused,
                      wrote_outside=[r.name for r in everything if r.written_outside()],
                      changed=[r.name for r in regions if r.changed()],
-                     unwritten={i: unwritten(part) for i, part in enumerate(_parts(result)) if unwritten(part)})
+                     unwritten={i: unwritten(part) for i, part in enumerate(_parts(result)) if unwritten(part)},
+                     largest_block=guard.largest_block)
 
 
 def run_guarded(fn, *tensors, names, gapped=()):

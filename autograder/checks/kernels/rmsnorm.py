@@ -14,12 +14,19 @@ from autograder import checks
 from autograder.checks.compare import fail
 from autograder.checks.function_class import check_function_class
 from autograder.checks.kernels.functions import FunctionRun, run_function
-from autograder.checks.kernels.verdicts import LOOSE, call_guarded, check_rules, check_tensor, launches_for, stressed
+from autograder.checks.kernels.verdicts import (
+    BLOCK_LIMIT,
+    LOOSE,
+    call_guarded,
+    check_rules,
+    check_tensor,
+    launches_for,
+    stressed,
+)
 from autograder.learner import inputs
 from autograder.learner.device import get_device
 
-BLOCK_LIMIT = 4096  # the most elements the notebook lets one block hold; "wide-rows" cases have more columns
-WIDE = BLOCK_LIMIT + 904
+WIDE = BLOCK_LIMIT + 904  # the columns of a "wide-rows" case
 
 
 def rmsnorm_case(rows, cols, *, seed, dtype=torch.float32, device=None, eps=1e-6, scale=2.0, stress=None):
@@ -70,6 +77,12 @@ def _named_rstd_mistake(exercise, rstd, expected, x, eps, shown):
     if torch.allclose(got, outside, rtol=rtol, atol=atol):
         fail(exercise, "rstd adds eps after the square root: eps belongs inside it, with the mean of the squares",
              shown)
+    block = 1
+    while block < x.shape[-1]:
+        if torch.allclose(got, torch.rsqrt(x64[:, :block].pow(2).sum(-1) / x.shape[-1] + eps), rtol=rtol, atol=atol):
+            fail(exercise, f"rstd adds up only the first {block} columns of each row ({x.shape[-1]} wide): a row wider "
+                           "than one block needs a loop over its column blocks inside the program", shown)
+        block *= 2
 
 
 def check_rmsnorm_forward(exercise, fn, cases):

@@ -14,6 +14,8 @@ from autograder.checks import battery
 from autograder.checks.compare import _check_meta, fail
 from autograder.checks.kernels.guard import KernelRun, run_guarded
 
+BLOCK_LIMIT = 4096  # the most elements the notebook lets one block hold: rows wider than that loop
+
 # float32 kernels reach the same numbers by other paths (another order of sums, fused multiply-adds)
 LOOSE = {torch.float64: (1e-9, 1e-10), torch.float32: (1e-4, 1e-5)}
 ALLOWED_TORCH = ("torch may only allocate (torch.empty_like, torch.empty, torch.zeros), view (.view, .reshape) "
@@ -56,6 +58,11 @@ def check_rules(exercise, run, shown, *, launches, why):
     if run.refused is not None:
         fail(exercise, f"computes with torch ({run.refused}) outside your kernel: in {exercise}, {ALLOWED_TORCH}",
              shown)
+    if run.largest_block is not None and run.largest_block[1] > BLOCK_LIMIT:
+        name, value = run.largest_block
+        fail(exercise, f"launched a kernel with {name} = {value}: a block holds at most {BLOCK_LIMIT} elements here "
+                       "(a program's registers are finite; on a GPU a block that large spills or fails to compile). "
+                       "Loop over the elements a block at a time inside the program, or launch more programs", shown)
     low, high = launches
     if run.launches < low:
         fail(exercise, "launched no Triton kernel: compute in a @triton.jit kernel of yours, launched as "
