@@ -177,3 +177,10 @@ def test_a_block_larger_than_the_limit_is_named():
         kc.check_silu_forward("silu_forward", one_big_block, [kc.silu_case((5000,), seed=1)])
     with pytest.raises(GradingError, match="wrong values"):  # a block of 4096 is within the limit: 3x is judged
         kc.check_silu_forward("silu_forward", one_big_block, [kc.silu_case((4096,), seed=1)])
+
+
+def test_where_triton_cannot_run_the_checks_say_why(monkeypatch):
+    missing = triton_setup.Triton(False, False, "Triton has no wheel for this platform (Darwin arm64)")
+    monkeypatch.setattr(triton_setup, "prepare", lambda device=None: missing)
+    with pytest.raises(GradingError, match=r"cannot run here: Triton has no wheel .*graded on Linux"):
+        kc.check_silu_forward("silu_forward", scale, [kc.silu_case((8,), seed=1)])

@@ -8,7 +8,7 @@ import dataclasses
 
 import torch
 
-from autograder.checks.kernels.guard import Region, guarded
+from autograder.checks.kernels.guard import Region, guarded, require_triton
 
 
 @dataclasses.dataclass
@@ -50,6 +50,7 @@ def _gradcheck(cls, values, differentiable, names):
 def run_function(cls, grad_out, *values, names, differentiable, gapped=(), gradcheck=False):
     """Driver: `cls.apply(*values)` on marked leaves, its saved tensors, the gradients of the
     differentiable inputs along `grad_out`, and (with `gradcheck`) gradcheck's verdict."""
+    require_triton()
     regions = [Region.input(n, v, gapped=n in gapped) if isinstance(v, torch.Tensor) else v
                for n, v in zip(names, values)]
     args = [r.view.requires_grad_(n in differentiable) if isinstance(r, Region) else r for n, r in zip(names, regions)]

@@ -28,6 +28,9 @@ import sys
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from autograder.checks.compare import GradingError
+from autograder.learner import triton_setup
+
 PAD = 16384  # marked elements before and after each tensor: more than a block (<= 4096) can overrun
 INTEGER_OF_SIZE = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 # Bit patterns by element size: quiet NaNs for the float dtypes, each with a payload of its own.
@@ -254,9 +257,18 @@ def report(guard, regions, result) -> KernelRun:
                      largest_block=guard.largest_block)
 
 
+def require_triton():
+    """Say why the kernels cannot be tested here (no Triton wheel for this platform, a broken install)."""
+    found = triton_setup.prepare()
+    if not found.usable:
+        raise GradingError(f"these tests cannot run here: {found.message}. Your kernels are graded on Linux, "
+                           "where Triton installs (or in Colab)")
+
+
 def run_guarded(fn, *tensors, names, gapped=()):
     """Driver: `fn(*tensors)` on marked copies (`gapped` names those laid out with gaps), inside the
     guard. Pass it to `checks.call_student` (as a partial with `fn`) so it runs where `fn` lives."""
+    require_triton()
     regions = [Region.input(name, t, gapped=name in gapped) if isinstance(t, torch.Tensor) else t
                for name, t in zip(names, tensors)]
     args = [r.view if isinstance(r, Region) else r for r in regions]
