@@ -1149,6 +1149,18 @@ x = torch.tensor(0.01, dtype=torch.float64, requires_grad=True)
 (h,) = torch.autograd.grad(g, x)
 h
 """,
+    # 09's derive questions (asked before silu_backward and rmsnorm_backward), computed by autograd
+    ("09_kernels", "silu-derivative-at-one"): """
+x = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+(d,) = torch.autograd.grad(F.silu(x), x)
+d
+""",
+    ("09_kernels", "rmsnorm-coupling"): """
+x = torch.tensor([[1.0, 2.0]], dtype=torch.float64, requires_grad=True)
+y = F.rms_norm(x, (2,), torch.ones(2, dtype=torch.float64), eps=0.0)
+(d,) = torch.autograd.grad(y, x, torch.tensor([[1.0, 0.0]], dtype=torch.float64))
+d[0, 1]
+""",
 }
 
 VERIFIERS = {
