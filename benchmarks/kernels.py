@@ -22,6 +22,8 @@ The reference is not copied here: the solution cells of solutions/09_kernels/09_
 executed, the single source of the reference. Run from the repository root:
 `.venv/bin/python benchmarks/kernels.py`.
 """
+import contextlib
+import io
 import pathlib
 import sys
 
@@ -51,8 +53,9 @@ def reference() -> dict:
     cells = nbformat.read(NOTEBOOK, as_version=4).cells
     setup = next(c for c in cells if c.cell_type == "code")
     solutions = [c for c in cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")]
-    for cell in [setup] + solutions:
-        exec(compile(cell.source, f"<{NOTEBOOK.name}: {cell.id}>", "exec"), namespace)
+    with contextlib.redirect_stdout(io.StringIO()):  # the set-up cell's greeting
+        for cell in [setup] + solutions:
+            exec(compile(cell.source, f"<{NOTEBOOK.name}: {cell.id}>", "exec"), namespace)
     return namespace
 
 
