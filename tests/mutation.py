@@ -6,6 +6,7 @@ the implementation under test, exactly as it runs after the student's cells in n
 """
 import contextlib
 import io
+import linecache
 import threading
 
 import course
@@ -28,15 +29,22 @@ def solution_sources(notebook: str) -> dict:
             for c in course.solution_cells(nb)}
 
 
+def compiled(source: str, filename: str):
+    """`source` compiled under `filename`, its lines kept where `inspect` finds them, as IPython keeps a
+    cell's: a compiled `@triton.jit` kernel reads its own source (the interpreter does not need to)."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return compile(source, filename, "exec")
+
+
 def solution_namespace(notebook: str) -> dict:
     """Every reference solution, defined after the notebook's first (set-up) cell, in one namespace."""
     nb = course.read(course.solution_path(notebook))
     setup = next(c.source for c in nb.cells if c.cell_type == "code")
     namespace = {"__name__": "__main__"}
     with contextlib.redirect_stdout(io.StringIO()):
-        exec(compile(setup, f"<set-up cell of {notebook}>", "exec"), namespace)
-    for source in solution_sources(notebook).values():
-        exec(compile(source, f"<solution of {notebook}>", "exec"), namespace)
+        exec(compiled(setup, f"<set-up cell of {notebook}>"), namespace)
+    for name, source in solution_sources(notebook).items():
+        exec(compiled(source, f"<solution {name} of {notebook}>"), namespace)
     return namespace
 
 

@@ -6,6 +6,7 @@ imported), so each case runs in a fresh Python process; the kernels are in a fil
 """
 import json
 import os
+import pathlib
 import platform
 import subprocess
 import sys
@@ -98,3 +99,18 @@ def test_on_cuda_the_kernel_is_compiled_and_runs(tmp_path):
     pytest.importorskip("triton")
     said = run(tmp_path, "status = triton_setup.prepare()\nsaid['mode'] = status.mode\ndevice = 'cuda'\n" + KERNEL)
     assert said["mode"] == "compiled" and said["result"] == [float(i + 1) for i in range(10)]
+
+
+def test_a_kernel_in_executed_source_compiles_once_its_lines_are_kept(tmp_path):
+    """The mutation suite and benchmarks/kernels.py execute notebook cells: a compiled (GPU) `@triton.jit`
+    reads its function's source, which `exec` alone does not keep (seen on an H100: "@jit functions should
+    be defined in a Python file"); `mutation.compiled` keeps it, as IPython does for a cell."""
+    pytest.importorskip("triton")
+    body = (f"sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\nimport mutation\n"
+            "source = 'import triton\\n@triton.jit\\ndef k(x_ptr):\\n    pass\\n'\n"
+            "for name, code in (('plain', compile(source, '<plain>', 'exec')),\n"
+            "                   ('kept', mutation.compiled(source, '<kept>'))):\n"
+            "    try:\n        space = {}\n        exec(code, space)\n        said[name] = type(space['k']).__name__\n"
+            "    except ValueError as err:\n        said[name] = str(err)\n")
+    said = run(tmp_path, body)  # TRITON_INTERPRET unset: the kernel is a JITFunction, as on a GPU
+    assert said["kept"] == "JITFunction" and "defined in a Python file" in said["plain"]
