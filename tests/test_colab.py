@@ -265,7 +265,9 @@ def local_file_uses(source: str) -> list:
 
 
 def local_links(markdown: str) -> list:
-    """Links and images of a markdown cell that point at a file beside the notebook."""
+    """Links and images of a markdown cell that point at a file beside the notebook (code is not a link:
+    `kernel[grid](...)` is a launch)."""
+    markdown = re.sub(r"```.*?```|`[^`]*`", "", markdown, flags=re.S)
     targets = re.findall(r"\]\(\s*<?([^)\s>]+)", markdown) + re.findall(r"""src\s*=\s*["']([^"']+)""", markdown)
     return [t for t in targets if not re.match(r"(https?:|mailto:|#|attachment:|data:)", t)]
 
@@ -282,6 +284,7 @@ def test_local_file_scan_finds_what_would_break_in_colab():
         "assets/graph.png", "02_micrograd.ipynb"]
     assert local_file_uses("print(f'dL/dW = {g}'); x = 'a/b c'; url = 'https://x.org/a.png'") == []
     assert local_links("[docs](https://pytorch.org) and [above](#the-tape)") == []
+    assert local_links("the launch `kernel[grid](...)`, and [02](02_micrograd.ipynb)") == ["02_micrograd.ipynb"]
 
 
 @pytest.mark.parametrize("name", NAMES)

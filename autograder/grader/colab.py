@@ -27,7 +27,7 @@ _COLAB_LINK = re.compile(r"https://colab\.research\.google\.com/github/[^/\s)]+/
 
 _TEMPLATE = '''\
 # In Google Colab, this cell installs the course's package and turns on the quiz widgets;
-# anywhere else it does nothing. Colab keeps its own torch (the course takes torch 2.3 or later).
+# anywhere else it does nothing. Colab keeps its own torch (the course takes torch 2.4 or later).
 import sys
 
 COURSE_PACKAGE = "{source}"
