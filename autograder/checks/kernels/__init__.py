@@ -13,7 +13,7 @@ A package, because a kernel is judged in two ways:
 
 Hidden tests try where right-looking kernels break, through `autograder.checks.battery`'s stresses:
 sizes that are not a multiple of the block, "empty" inputs, "non-contiguous" x with gaps, float32
-and float64, the "special-points" of the sigmoid (|x| = 1e4), "width-one" rows, "wide-rows" wider
+and float64, the "special-points" of the sigmoid (0, tiny, ±1, ±100, ±1e4), "width-one" rows, "wide-rows" wider
 than `BLOCK_LIMIT`, a "batch-of-one". References are PyTorch's (`F.silu`, `F.rms_norm`, autograd).
 """
 from autograder.checks.kernels.functions import FunctionRun

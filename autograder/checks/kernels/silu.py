@@ -21,11 +21,12 @@ ONE_LAUNCH = "fuse the whole computation into one kernel: one read of each input
 
 
 def silu_case(shape, *, seed, dtype=torch.float32, device=None, stress=None):
-    """{"x", "g", "stress"}: x of `shape` (the battery's special points for "special-points", where a
-    sigmoid written as exp(x) / (1 + exp(x)) overflows), and an upstream gradient g."""
+    """{"x", "g", "stress"}: x of `shape` (for "special-points", the battery's special points and ±100,
+    where a sigmoid written as exp(x) / (1 + exp(x)) overflows), and an upstream gradient g."""
     device = device or get_device()
-    if stress == "special-points":
-        x = battery.special_points(dtype=dtype, device=device, large=1e4)
+    if stress == "special-points":  # and ±100, where exp(100) already overflows float32
+        x = torch.cat([battery.special_points(dtype=dtype, device=device, large=1e4),
+                       torch.tensor([100.0, -100.0], dtype=dtype, device=device)])
     else:
         x = inputs.randn(*shape, seed=seed, dtype=dtype, device=device, scale=3.0)
     return {"x": x, "g": inputs.randn(*x.shape, seed=seed + 1, dtype=dtype, device=device), "stress": stress}
