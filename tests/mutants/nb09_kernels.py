@@ -8,6 +8,10 @@ wrong entry of `TritonRMSNorm` (the first graded name in sorted order) launches 
 the notebook's `rmsnorm_forward` and `rmsnorm_backward` (here, the correct ones defined below), so the
 nbgrader end-to-end test can paste it beside a perfect submission's functions.
 
+The SiLU and RMSNorm kernels take a `VARIANT` switch (a `tl.constexpr`, so each value compiles a kernel
+of its own): CORRECT is the right kernel; a wrong entry turns on the one bug it is about, a right entry
+may pick another correct way to write it. A comment at each switch says what it changes.
+
 Some kernels here read and write past their tensors (no mask): Triton's interpreter does not fault on
 that, it corrupts memory. Launch them only through the checks, which hand out sentinel-padded buffers.
 """
@@ -29,6 +33,32 @@ right_ = functools.partial(right, NB)
 
 BLOCK_LIMIT = 4096  # the notebook's rule: a block holds at most this many elements
 
+# The values of VARIANT (constexpr globals: a kernel may read no other kind).
+CORRECT = tl.constexpr(0)
+# bugs
+NO_MASK = tl.constexpr(1)
+NO_PROGRAM_ID = tl.constexpr(2)
+UNSTABLE_SIGMOID = tl.constexpr(3)
+FLOAT32_MATHS = tl.constexpr(4)
+NO_PRODUCT_RULE = tl.constexpr(5)
+SIGMOID_DERIVATIVE = tl.constexpr(6)
+NO_GRAD_OUT = tl.constexpr(7)
+OTHER_ONE = tl.constexpr(8)
+CENTRED = tl.constexpr(9)
+EPS_OUTSIDE = tl.constexpr(10)
+NO_EPS = tl.constexpr(11)
+ONE_BLOCK = tl.constexpr(12)
+MEAN_OVER_BLOCK = tl.constexpr(13)
+NO_WEIGHT = tl.constexpr(14)
+STORE_AT_X_OFFSETS = tl.constexpr(15)
+NO_MEAN_TERM = tl.constexpr(16)
+RSTD_ONCE = tl.constexpr(17)
+WEIGHT_WITHOUT_RSTD = tl.constexpr(18)
+# other correct ways
+FORMULA = tl.constexpr(19)
+TWO_BRANCH = tl.constexpr(20)
+FROM_Y = tl.constexpr(21)
+
 
 def _blocks(n, block):
     return (triton.cdiv(n, block),)
@@ -41,19 +71,26 @@ def _accumulator(dtype):
 
 # SiLU kernels --------------------------------------------------------------------------------------------
 @triton.jit
-def _silu_fwd(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(y_ptr + offs, x * tl.sigmoid(x), mask=mask)
+def _block_start(BLOCK: tl.constexpr, VARIANT: tl.constexpr):
+    """The first offset of this program's block."""
+    if VARIANT == NO_PROGRAM_ID:
+        return 0  # bug: every program computes the first block
+    return tl.program_id(0) * BLOCK
 
 
 @triton.jit
-def _silu_fwd_formula(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(y_ptr + offs, x / (1 + tl.exp(-x)), mask=mask)
+def _load(ptr, offs, mask, VARIANT: tl.constexpr):
+    if VARIANT == NO_MASK:
+        return tl.load(ptr + offs)  # bug: no mask, the last block reads past the tensor
+    return tl.load(ptr + offs, mask=mask)
+
+
+@triton.jit
+def _store(ptr, offs, value, mask, VARIANT: tl.constexpr):
+    if VARIANT == NO_MASK:
+        tl.store(ptr + offs, value)  # bug: no mask, the last block writes past the tensor
+    else:
+        tl.store(ptr + offs, value, mask=mask)
 
 
 @triton.jit
@@ -63,11 +100,46 @@ def _stable_sigmoid(x):
 
 
 @triton.jit
-def _silu_fwd_two_branch(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+def _sigmoid_of(x, VARIANT: tl.constexpr):
+    if VARIANT == UNSTABLE_SIGMOID:
+        e = tl.exp(x)
+        return e / (1 + e)  # bug: inf / inf = NaN for large x
+    if VARIANT == TWO_BRANCH or VARIANT == FROM_Y:
+        return _stable_sigmoid(x)  # right: the two-branch sigmoid, from exp(-|x|)
+    return tl.sigmoid(x)
+
+
+@triton.jit
+def _silu_fwd(x_ptr, y_ptr, n, BLOCK: tl.constexpr, VARIANT: tl.constexpr = CORRECT):
+    offs = _block_start(BLOCK, VARIANT) + tl.arange(0, BLOCK)
     mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(y_ptr + offs, x * _stable_sigmoid(x), mask=mask)
+    x = _load(x_ptr, offs, mask, VARIANT)
+    if VARIANT == FLOAT32_MATHS:
+        x = x.to(tl.float32)  # bug: float64 inputs lose their precision
+    if VARIANT == FORMULA:
+        y = x / (1 + tl.exp(-x))  # right: exp(-x) = inf for very negative x, and x / inf = 0
+    else:
+        y = x * _sigmoid_of(x, VARIANT)
+    _store(y_ptr, offs, y, mask, VARIANT)
+
+
+@triton.jit
+def _silu_bwd(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr, VARIANT: tl.constexpr = CORRECT):
+    offs = _block_start(BLOCK, VARIANT) + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = _load(x_ptr, offs, mask, VARIANT)
+    s = _sigmoid_of(x, VARIANT)
+    ds = s * (1 + x * (1 - s))  # silu'(x)
+    if VARIANT == FROM_Y:
+        ds = s + x * s * (1 - s)  # right: silu' = s + y (1 - s), with y = x s
+    if VARIANT == NO_PRODUCT_RULE:
+        ds = s  # bug: no product rule, s taken as a constant
+    if VARIANT == SIGMOID_DERIVATIVE:
+        ds = s * (1 - s)  # bug: differentiates the sigmoid alone
+    dx = _load(g_ptr, offs, mask, VARIANT) * ds
+    if VARIANT == NO_GRAD_OUT:
+        dx = ds  # bug: forgets grad_out
+    _store(dx_ptr, offs, dx, mask, VARIANT)
 
 
 @triton.jit
@@ -85,38 +157,6 @@ def _silu_fwd_strided(x_ptr, y_ptr, n, size1, size2, size3, stride0, stride1, st
 
 
 @triton.jit
-def _silu_fwd_float32(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
-    tl.store(y_ptr + offs, x * tl.sigmoid(x), mask=mask)
-
-
-@triton.jit
-def _silu_fwd_no_mask(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + offs)
-    tl.store(y_ptr + offs, x * tl.sigmoid(x))
-
-
-@triton.jit
-def _silu_fwd_no_pid(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(y_ptr + offs, x * tl.sigmoid(x), mask=mask)
-
-
-@triton.jit
-def _silu_fwd_unstable(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    e = tl.exp(x)
-    tl.store(y_ptr + offs, x * e / (1 + e), mask=mask)
-
-
-@triton.jit
 def _sigmoid(x_ptr, s_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
@@ -131,77 +171,13 @@ def _multiply(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _silu_fwd_and_sigmoid(x_ptr, y_ptr, s_ptr, n, BLOCK: tl.constexpr):
+def _silu_fwd_and_sigmoid(x_ptr, s_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask)
     s = tl.sigmoid(x)
     tl.store(s_ptr + offs, s, mask=mask)
     tl.store(y_ptr + offs, x * s, mask=mask)
-
-
-@triton.jit
-def _silu_bwd(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    g = tl.load(g_ptr + offs, mask=mask)
-    s = tl.sigmoid(x)
-    tl.store(dx_ptr + offs, g * s * (1 + x * (1 - s)), mask=mask)
-
-
-@triton.jit
-def _silu_bwd_from_y(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
-    """silu' = s + y (1 - s), with y = x s."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    s = _stable_sigmoid(x)
-    y = x * s
-    tl.store(dx_ptr + offs, tl.load(g_ptr + offs, mask=mask) * (s + y * (1 - s)), mask=mask)
-
-
-@triton.jit
-def _silu_bwd_no_product_rule(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(dx_ptr + offs, tl.load(g_ptr + offs, mask=mask) * tl.sigmoid(x), mask=mask)
-
-
-@triton.jit
-def _silu_bwd_sigmoid_derivative(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    s = tl.sigmoid(tl.load(x_ptr + offs, mask=mask))
-    tl.store(dx_ptr + offs, tl.load(g_ptr + offs, mask=mask) * s * (1 - s), mask=mask)
-
-
-@triton.jit
-def _silu_bwd_no_grad_out(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    s = tl.sigmoid(x)
-    tl.store(dx_ptr + offs, s * (1 + x * (1 - s)), mask=mask)
-
-
-@triton.jit
-def _silu_bwd_unstable(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    e = tl.exp(x)
-    s = e / (1 + e)
-    tl.store(dx_ptr + offs, tl.load(g_ptr + offs, mask=mask) * s * (1 + x * (1 - s)), mask=mask)
-
-
-@triton.jit
-def _silu_bwd_no_mask(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + offs)
-    s = tl.sigmoid(x)
-    tl.store(dx_ptr + offs, tl.load(g_ptr + offs) * s * (1 + x * (1 - s)))
 
 
 @triton.jit
@@ -213,13 +189,17 @@ def _silu_bwd_given_sigmoid(x_ptr, s_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr)
     tl.store(dx_ptr + offs, tl.load(g_ptr + offs, mask=mask) * s * (1 + x * (1 - s)), mask=mask)
 
 
-def _elementwise(kernel, *tensors, block=1024):
-    """Launch `kernel(*inputs, out, n)` over contiguous copies of `tensors`; the output is like the first."""
-    tensors = [t.contiguous() for t in tensors]
-    out = torch.empty_like(tensors[0])
+def _launch(kernel, *tensors, out, block=1024, **switches):
+    """`kernel(*tensors, out, n, BLOCK=block)` over the tensors as they are, one program per block of `out`."""
     if out.numel():
-        kernel[_blocks(out.numel(), block)](*tensors, out, out.numel(), BLOCK=block)
+        kernel[_blocks(out.numel(), block)](*tensors, out, out.numel(), BLOCK=block, **switches)
     return out
+
+
+def _elementwise(kernel, *tensors, block=1024, **switches):
+    """Launch `kernel` over contiguous copies of `tensors`; the output is like the first."""
+    tensors = [t.contiguous() for t in tensors]
+    return _launch(kernel, *tensors, out=torch.empty_like(tensors[0]), block=block, **switches)
 
 
 def _silu(x):
@@ -233,17 +213,17 @@ def _silu_grad(x, grad_out):
 # silu_forward(x) -----------------------------------------------------------------------------------------
 @wrong_("silu_forward", "loads and stores without a mask: the last block reads and writes past the tensor")
 def silu_forward_no_mask(x):
-    return _elementwise(_silu_fwd_no_mask, x)
+    return _elementwise(_silu_fwd, x, VARIANT=NO_MASK)
 
 
 @wrong_("silu_forward", "offsets without the program id: every program computes the first block")
 def silu_forward_no_program_id(x):
-    return _elementwise(_silu_fwd_no_pid, x)
+    return _elementwise(_silu_fwd, x, VARIANT=NO_PROGRAM_ID)
 
 
 @wrong_("silu_forward", "sigmoid as exp(x) / (1 + exp(x)): inf / inf = NaN for large x", says="special points")
 def silu_forward_unstable_sigmoid(x):
-    return _elementwise(_silu_fwd_unstable, x)
+    return _elementwise(_silu_fwd, x, VARIANT=UNSTABLE_SIGMOID)
 
 
 @wrong_("silu_forward", "no kernel: x * torch.sigmoid(x)")
@@ -265,10 +245,7 @@ def silu_forward_two_launches(x):
 @wrong_("silu_forward", "passes a non-contiguous x as it is: flat offsets read the wrong elements",
         says="non-contiguous")
 def silu_forward_ignores_strides(x):
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if x.numel():
-        _silu_fwd[_blocks(x.numel(), 1024)](x, y, x.numel(), BLOCK=1024)
-    return y
+    return _launch(_silu_fwd, x, out=torch.empty(x.shape, dtype=x.dtype, device=x.device))
 
 
 @wrong_("silu_forward", "a grid of n // BLOCK programs: the last, partial block is never computed")
@@ -283,17 +260,12 @@ def silu_forward_floor_grid(x):
 @wrong_("silu_forward", "allocates y with torch.empty(x.shape): float32 whatever x's dtype")
 def silu_forward_float32_output(x):
     x = x.contiguous()
-    y = torch.empty(x.shape, device=x.device)
-    if x.numel():
-        _silu_fwd[_blocks(x.numel(), 1024)](x, y, x.numel(), BLOCK=1024)
-    return y
+    return _launch(_silu_fwd, x, out=torch.empty(x.shape, device=x.device))
 
 
 @wrong_("silu_forward", "stores y over x (y_ptr = x) and returns x: the input is overwritten")
 def silu_forward_in_place(x):
-    if x.numel():
-        _silu_fwd[_blocks(x.numel(), 1024)](x, x, x.numel(), BLOCK=1024)
-    return x
+    return _launch(_silu_fwd, x, out=x)
 
 
 @wrong_("silu_forward", "BLOCK = 1000: tl.arange needs a power of two")
@@ -303,7 +275,7 @@ def silu_forward_block_1000(x):
 
 @wrong_("silu_forward", "computes in float32 (x.to(tl.float32)): float64 inputs lose their precision")
 def silu_forward_float32_maths(x):
-    return _elementwise(_silu_fwd_float32, x)
+    return _elementwise(_silu_fwd, x, VARIANT=FLOAT32_MATHS)
 
 
 @wrong_("silu_forward", "one program with BLOCK = next_power_of_2(n): a block past BLOCK_LIMIT")
@@ -322,12 +294,12 @@ def silu_forward_block_256(x):
 
 @right_("silu_forward", "x / (1 + exp(-x)) written out: exp(-x) overflows to inf for very negative x, and x / inf = 0")
 def silu_forward_formula(x):
-    return _elementwise(_silu_fwd_formula, x)
+    return _elementwise(_silu_fwd, x, VARIANT=FORMULA)
 
 
 @right_("silu_forward", "a stable two-branch sigmoid from exp(-|x|)")
 def silu_forward_two_branch(x):
-    return _elementwise(_silu_fwd_two_branch, x, block=512)
+    return _elementwise(_silu_fwd, x, block=512, VARIANT=TWO_BRANCH)
 
 
 @right_("silu_forward", "reads x through its strides (up to 4 dims) instead of copying it")
@@ -345,27 +317,27 @@ def silu_forward_strided(x):
 # silu_backward(x, grad_out) ------------------------------------------------------------------------------
 @wrong_("silu_backward", "drops the product rule: grad_out * sigmoid(x)")
 def silu_backward_no_product_rule(x, grad_out):
-    return _elementwise(_silu_bwd_no_product_rule, x, grad_out)
+    return _elementwise(_silu_bwd, x, grad_out, VARIANT=NO_PRODUCT_RULE)
 
 
 @wrong_("silu_backward", "the derivative of the sigmoid alone: grad_out * s (1 - s)")
 def silu_backward_sigmoid_derivative(x, grad_out):
-    return _elementwise(_silu_bwd_sigmoid_derivative, x, grad_out)
+    return _elementwise(_silu_bwd, x, grad_out, VARIANT=SIGMOID_DERIVATIVE)
 
 
 @wrong_("silu_backward", "forgets grad_out: returns silu'(x)")
 def silu_backward_no_grad_out(x, grad_out):
-    return _elementwise(_silu_bwd_no_grad_out, x, grad_out)
+    return _elementwise(_silu_bwd, x, grad_out, VARIANT=NO_GRAD_OUT)
 
 
 @wrong_("silu_backward", "sigmoid as exp(x) / (1 + exp(x)): NaN for large x", says="special points")
 def silu_backward_unstable_sigmoid(x, grad_out):
-    return _elementwise(_silu_bwd_unstable, x, grad_out)
+    return _elementwise(_silu_bwd, x, grad_out, VARIANT=UNSTABLE_SIGMOID)
 
 
 @wrong_("silu_backward", "loads and stores without a mask")
 def silu_backward_no_mask(x, grad_out):
-    return _elementwise(_silu_bwd_no_mask, x, grad_out)
+    return _elementwise(_silu_bwd, x, grad_out, VARIANT=NO_MASK)
 
 
 @wrong_("silu_backward", "no kernel: asks autograd for the derivative of F.silu")
@@ -378,26 +350,19 @@ def silu_backward_autograd(x, grad_out):
 @wrong_("silu_backward", "two launches: the sigmoid in one kernel, the gradient in another")
 def silu_backward_two_launches(x, grad_out):
     x, grad_out = x.contiguous(), grad_out.contiguous()
-    s = _elementwise(_sigmoid, x)
-    dx = torch.empty_like(x)
-    if x.numel():
-        _silu_bwd_given_sigmoid[_blocks(x.numel(), 1024)](x, s, grad_out, dx, x.numel(), BLOCK=1024)
-    return dx
+    return _launch(_silu_bwd_given_sigmoid, x, _elementwise(_sigmoid, x), grad_out, out=torch.empty_like(x))
 
 
 @wrong_("silu_backward", "passes a non-contiguous x as it is: flat offsets read the wrong elements",
         says="non-contiguous")
 def silu_backward_ignores_strides(x, grad_out):
     grad_out = grad_out.contiguous()
-    dx = torch.empty_like(grad_out)
-    if x.numel():
-        _silu_bwd[_blocks(x.numel(), 1024)](x, grad_out, dx, x.numel(), BLOCK=1024)
-    return dx
+    return _launch(_silu_bwd, x, grad_out, out=torch.empty_like(grad_out))
 
 
 @right_("silu_backward", "s + y (1 - s) with y = x s, a stable two-branch sigmoid, blocks of 512")
 def silu_backward_from_y(x, grad_out):
-    return _elementwise(_silu_bwd_from_y, x, grad_out, block=512)
+    return _elementwise(_silu_bwd, x, grad_out, block=512, VARIANT=FROM_Y)
 
 
 @right_("silu_backward", "s (1 + x (1 - s)) with tl.sigmoid, blocks of 128")
@@ -406,18 +371,27 @@ def silu_backward_block_128(x, grad_out):
 
 
 # TritonSiLU ----------------------------------------------------------------------------------------------
+class _TritonSiLUBase(torch.autograd.Function):
+    """A correct TritonSiLU on the kernels above; the wrong entries below override one method."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _silu(x)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return _silu_grad(x, grad_out)
+
+
 @wrong_("TritonSiLU", "saves y instead of x, and backward treats it as x")
-class TritonSiLUSavesY(torch.autograd.Function):
+class TritonSiLUSavesY(_TritonSiLUBase):
     @staticmethod
     def forward(ctx, x):
         y = _silu(x)
         ctx.save_for_backward(y)
         return y
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        (y,) = ctx.saved_tensors
-        return _silu_grad(y, grad_out)
 
 
 @wrong_("TritonSiLU", "saves x and sigmoid(x): right gradients, but backward reads twice the bytes it needs")
@@ -425,29 +399,19 @@ class TritonSiLUSavesSigmoid(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         x = x.contiguous()
-        y, s = torch.empty_like(x), torch.empty_like(x)
-        if x.numel():
-            _silu_fwd_and_sigmoid[_blocks(x.numel(), 1024)](x, y, s, x.numel(), BLOCK=1024)
+        s = torch.empty_like(x)
+        y = _launch(_silu_fwd_and_sigmoid, x, s, out=torch.empty_like(x))  # fills s too
         ctx.save_for_backward(x, s)
         return y
 
     @staticmethod
     def backward(ctx, grad_out):
         x, s = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        dx = torch.empty_like(x)
-        if x.numel():
-            _silu_bwd_given_sigmoid[_blocks(x.numel(), 1024)](x, s, grad_out, dx, x.numel(), BLOCK=1024)
-        return dx
+        return _launch(_silu_bwd_given_sigmoid, x, s, grad_out.contiguous(), out=torch.empty_like(x))
 
 
 @wrong_("TritonSiLU", "backward in torch: no kernel for the gradient")
-class TritonSiLUTorchBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return _silu(x)
-
+class TritonSiLUTorchBackward(_TritonSiLUBase):
     @staticmethod
     def backward(ctx, grad_out):
         (x,) = ctx.saved_tensors
@@ -456,29 +420,19 @@ class TritonSiLUTorchBackward(torch.autograd.Function):
 
 
 @wrong_("TritonSiLU", "forward by F.silu: no kernel for the forward pass")
-class TritonSiLUTorchForward(torch.autograd.Function):
+class TritonSiLUTorchForward(_TritonSiLUBase):
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
         return torch.nn.functional.silu(x)
 
-    @staticmethod
-    def backward(ctx, grad_out):
-        (x,) = ctx.saved_tensors
-        return _silu_grad(x, grad_out)
-
 
 @wrong_("TritonSiLU", "backward forgets grad_out")
-class TritonSiLUNoGradOut(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return _silu(x)
-
+class TritonSiLUNoGradOut(_TritonSiLUBase):
     @staticmethod
     def backward(ctx, grad_out):
         (x,) = ctx.saved_tensors
-        return _elementwise(_silu_bwd_no_grad_out, x, grad_out)
+        return _elementwise(_silu_bwd, x, grad_out, VARIANT=NO_GRAD_OUT)
 
 
 @right_("TritonSiLU", "saves x; the strided forward kernel, the y-based backward kernel")
@@ -507,169 +461,54 @@ class TritonSiLUBlocks(torch.autograd.Function):
         return _elementwise(_silu_bwd, x, grad_out, block=256)
 
 
-# RMSNorm forward kernels: one program per row, (x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_row, stride_col, eps)
+# RMSNorm forward kernels: one program per row ------------------------------------------------------------
 @triton.jit
-def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
+def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr,
+             VARIANT: tl.constexpr = CORRECT):
+    """rstd = 1 / sqrt(mean(x^2) + eps) of the program's row, read through its strides, and y = x * rstd * w,
+    contiguous; a loop over column blocks."""
     row = tl.program_id(0)
+    if VARIANT == NO_PROGRAM_ID:
+        row = 0  # bug: every program normalises the first row
+    end = cols
+    if VARIANT == ONE_BLOCK:
+        end = BLOCK  # bug: no loop, columns past the first block are neither counted nor written
+    x_row = x_ptr + row * stride_r
+    if VARIANT == CENTRED:  # bug: LayerNorm's statistic, the variance about the row's mean
+        total = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+        for start in range(0, end, BLOCK):
+            c = start + tl.arange(0, BLOCK)
+            total += tl.load(x_row + c * stride_c, mask=c < cols, other=0.0)
+        mean = tl.sum(total) / cols
+    pad = 0.0
+    if VARIANT == OTHER_ONE:
+        pad = 1.0  # bug: each padding lane adds 1 to the sum of squares
     acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
-    for start in range(0, cols, BLOCK):
+    for start in range(0, end, BLOCK):
         c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
+        x = tl.load(x_row + c * stride_c, mask=c < cols, other=pad)
+        if VARIANT == CENTRED:
+            x = tl.where(c < cols, x - mean, 0.0)
         acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
+    count = cols
+    if VARIANT == MEAN_OVER_BLOCK:
+        count = BLOCK  # bug: divides by BLOCK, not by the number of columns
+    rstd = 1 / tl.sqrt(tl.sum(acc) / count + eps)
+    if VARIANT == EPS_OUTSIDE:
+        rstd = 1 / (tl.sqrt(tl.sum(acc) / count) + eps)  # bug: eps outside the square root
+    if VARIANT == NO_EPS:
+        rstd = 1 / tl.sqrt(tl.sum(acc) / count)  # bug: forgets eps
     tl.store(rstd_ptr + row, rstd)
-    for start in range(0, cols, BLOCK):
+    for start in range(0, end, BLOCK):
         c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
-        w = tl.load(w_ptr + c, mask=c < cols)
-        tl.store(y_ptr + row * cols + c, x * rstd * w, mask=c < cols)
-
-
-@triton.jit
-def _rms_fwd_other_one(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=1.0)
-        acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
-    tl.store(rstd_ptr + row, rstd)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
-        tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
-
-
-@triton.jit
-def _rms_fwd_centred(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
-    """LayerNorm's statistic: the variance about the row's mean."""
-    row = tl.program_id(0)
-    total = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        total += tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
-    mean = tl.sum(total) / cols
-    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
-        acc += tl.where(c < cols, (x - mean) * (x - mean), 0.0)
-    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
-    tl.store(rstd_ptr + row, rstd)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
-        tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
-
-
-@triton.jit
-def _rms_fwd_eps_outside(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
-        acc += x * x
-    rstd = 1 / (tl.sqrt(tl.sum(acc) / cols) + eps)
-    tl.store(rstd_ptr + row, rstd)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
-        tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
-
-
-@triton.jit
-def _rms_fwd_one_block(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
-    """No loop: columns past the first block are neither counted nor written."""
-    row = tl.program_id(0)
-    c = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
-    rstd = 1 / tl.sqrt(tl.sum(x * x) / cols + eps)
-    tl.store(rstd_ptr + row, rstd)
-    tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
-
-
-@triton.jit
-def _rms_fwd_no_eps(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
-        acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc) / cols)
-    tl.store(rstd_ptr + row, rstd)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
-        tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
-
-
-@triton.jit
-def _rms_fwd_store_strided(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
-    """Stores y at x's offsets: right for a contiguous x, past y for a strided one."""
-    row = tl.program_id(0)
-    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
-        acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
-    tl.store(rstd_ptr + row, rstd)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        offsets = row * stride_r + c * stride_c
-        x = tl.load(x_ptr + offsets, mask=c < cols)
-        tl.store(y_ptr + offsets, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
-
-
-@triton.jit
-def _rms_fwd_mean_over_block(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
-        acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc) / BLOCK + eps)
-    tl.store(rstd_ptr + row, rstd)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
-        tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
-
-
-@triton.jit
-def _rms_fwd_no_weight(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
-        acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
-    tl.store(rstd_ptr + row, rstd)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols)
-        tl.store(y_ptr + row * cols + c, x * rstd, mask=c < cols)
-
-
-@triton.jit
-def _rms_fwd_row_zero(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr):
-    """Every program reads the first row (no tl.program_id), and writes it to row 0."""
-    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + c * stride_c, mask=c < cols, other=0.0)
-        acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
-    tl.store(rstd_ptr, rstd)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + c * stride_c, mask=c < cols)
-        tl.store(y_ptr + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
+        x = tl.load(x_row + c * stride_c, mask=c < cols)
+        y = x * rstd * tl.load(w_ptr + c, mask=c < cols)
+        if VARIANT == NO_WEIGHT:
+            y = x * rstd  # bug: forgets the weight
+        y_offsets = row * cols + c
+        if VARIANT == STORE_AT_X_OFFSETS:
+            y_offsets = row * stride_r + c * stride_c  # bug: right for a contiguous x, past y for a strided one
+        tl.store(y_ptr + y_offsets, y, mask=c < cols)
 
 
 @triton.jit
@@ -683,79 +522,79 @@ def _rms_apply(x_ptr, w_ptr, rstd_ptr, y_ptr, cols, BLOCK: tl.constexpr):
         tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
 
 
-def _rms_forward(kernel, x, weight, eps, block=256, contiguous=True, rstd=None):
-    """Launch a forward kernel, one program per row; `rstd`: the buffer to fill (default: (rows,), x's dtype)."""
+def _rms_forward(x, weight, eps, block=256, contiguous=True, rstd=None, strides=None, **switches):
+    """Launch _rms_fwd, one program per row; `rstd`: the buffer to fill (default: (rows,), x's dtype);
+    `strides`: the ones the kernel is told instead of x's."""
     if contiguous:
         x = x.contiguous()
     rows, cols = x.shape
     y = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
     rstd = torch.empty(rows, dtype=x.dtype, device=x.device) if rstd is None else rstd
     if rows:
-        kernel[(rows,)](x, weight, y, rstd, cols, x.stride(0), x.stride(1), eps, BLOCK=block)
+        _rms_fwd[(rows,)](x, weight, y, rstd, cols, *(strides or x.stride()), eps, BLOCK=block, **switches)
     return y, rstd
 
 
 # rmsnorm_forward(x, weight, eps) -------------------------------------------------------------------------
 @wrong_("rmsnorm_forward", "other=1.0 in the masked load of the sum of squares: each padding lane adds 1")
 def rmsnorm_forward_other_one(x, weight, eps):
-    return _rms_forward(_rms_fwd_other_one, x, weight, eps)
+    return _rms_forward(x, weight, eps, VARIANT=OTHER_ONE)
 
 
 @wrong_("rmsnorm_forward", "subtracts the row's mean before squaring: that is LayerNorm's rstd")
 def rmsnorm_forward_centred(x, weight, eps):
-    return _rms_forward(_rms_fwd_centred, x, weight, eps)
+    return _rms_forward(x, weight, eps, VARIANT=CENTRED)
 
 
 @wrong_("rmsnorm_forward", "eps outside the square root: 1 / (sqrt(mean(x^2)) + eps)")
 def rmsnorm_forward_eps_outside(x, weight, eps):
-    return _rms_forward(_rms_fwd_eps_outside, x, weight, eps)
+    return _rms_forward(x, weight, eps, VARIANT=EPS_OUTSIDE)
 
 
 @wrong_("rmsnorm_forward", "rstd of shape (rows, 1)")
 def rmsnorm_forward_rstd_column(x, weight, eps):
-    rstd = torch.empty((x.shape[0], 1), dtype=x.dtype, device=x.device)
-    return _rms_forward(_rms_fwd, x, weight, eps, rstd=rstd)
+    return _rms_forward(x, weight, eps, rstd=torch.empty((x.shape[0], 1), dtype=x.dtype, device=x.device))
 
 
 @wrong_("rmsnorm_forward", "rstd allocated with torch.empty(rows): float32 whatever x's dtype")
 def rmsnorm_forward_rstd_float32(x, weight, eps):
-    return _rms_forward(_rms_fwd, x, weight, eps, rstd=torch.empty(x.shape[0], device=x.device))
+    return _rms_forward(x, weight, eps, rstd=torch.empty(x.shape[0], device=x.device))
 
 
 @wrong_("rmsnorm_forward", "one block of 1024 columns and no loop: wider rows lose their tail", says="wide")
 def rmsnorm_forward_one_block_1024(x, weight, eps):
-    return _rms_forward(_rms_fwd_one_block, x, weight, eps, block=1024)
+    return _rms_forward(x, weight, eps, block=1024, VARIANT=ONE_BLOCK)
 
 
 @wrong_("rmsnorm_forward", "one block of next_power_of_2(cols) and no loop: a block of 8192 for 5000 columns, past "
                            "BLOCK_LIMIT", says="wide")
 def rmsnorm_forward_unbounded_block(x, weight, eps):
-    return _rms_forward(_rms_fwd_one_block, x, weight, eps, block=triton.next_power_of_2(max(x.shape[1], 1)))
+    return _rms_forward(x, weight, eps, block=triton.next_power_of_2(max(x.shape[1], 1)), VARIANT=ONE_BLOCK)
 
 
 @wrong_("rmsnorm_forward", "forgets eps: 1 / sqrt(mean(x^2))")
 def rmsnorm_forward_no_eps(x, weight, eps):
-    return _rms_forward(_rms_fwd_no_eps, x, weight, eps)
+    return _rms_forward(x, weight, eps, VARIANT=NO_EPS)
 
 
 @wrong_("rmsnorm_forward", "stores y at x's strided offsets: past y for a non-contiguous x", says="non-contiguous")
 def rmsnorm_forward_stores_with_x_strides(x, weight, eps):
-    return _rms_forward(_rms_fwd_store_strided, x, weight, eps, contiguous=False)
+    return _rms_forward(x, weight, eps, contiguous=False, VARIANT=STORE_AT_X_OFFSETS)
 
 
 @wrong_("rmsnorm_forward", "divides the sum of squares by BLOCK, not by the number of columns")
 def rmsnorm_forward_mean_over_block(x, weight, eps):
-    return _rms_forward(_rms_fwd_mean_over_block, x, weight, eps)
+    return _rms_forward(x, weight, eps, VARIANT=MEAN_OVER_BLOCK)
 
 
 @wrong_("rmsnorm_forward", "forgets the weight: y = x * rstd")
 def rmsnorm_forward_no_weight(x, weight, eps):
-    return _rms_forward(_rms_fwd_no_weight, x, weight, eps)
+    return _rms_forward(x, weight, eps, VARIANT=NO_WEIGHT)
 
 
 @wrong_("rmsnorm_forward", "row offsets without the program id: every program normalises the first row")
 def rmsnorm_forward_no_program_id(x, weight, eps):
-    return _rms_forward(_rms_fwd_row_zero, x, weight, eps)
+    return _rms_forward(x, weight, eps, VARIANT=NO_PROGRAM_ID)
 
 
 @wrong_("rmsnorm_forward", "rstd in torch (x.pow(2).mean(-1) ...), a kernel only for y")
@@ -770,51 +609,60 @@ def rmsnorm_forward_torch_rstd(x, weight, eps):
 
 @wrong_("rmsnorm_forward", "passes a non-contiguous x as it is with row stride = cols", says="non-contiguous")
 def rmsnorm_forward_ignores_strides(x, weight, eps):
-    rows, cols = x.shape
-    y = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
-    rstd = torch.empty(rows, dtype=x.dtype, device=x.device)
-    if rows:
-        _rms_fwd[(rows,)](x, weight, y, rstd, cols, cols, 1, eps, BLOCK=256)
-    return y, rstd
+    return _rms_forward(x, weight, eps, contiguous=False, strides=(x.shape[1], 1))
 
 
 @right_("rmsnorm_forward", "a loop over column blocks of 256, x read through its strides")
 def rmsnorm_forward(x, weight, eps):
-    return _rms_forward(_rms_fwd, x, weight, eps, contiguous=False)
+    return _rms_forward(x, weight, eps, contiguous=False)
 
 
 @right_("rmsnorm_forward", "x.contiguous(), one block of next_power_of_2(cols) (looping only past BLOCK_LIMIT)")
 def rmsnorm_forward_one_block(x, weight, eps):
     block = min(triton.next_power_of_2(max(x.shape[1], 1)), BLOCK_LIMIT)
-    return _rms_forward(_rms_fwd, x, weight, eps, block=block)
+    return _rms_forward(x, weight, eps, block=block)
 
 
 # RMSNorm backward kernels: grad_x = rstd g w - x rstd^3 sum(g w x) / cols; grad_weight = sum over rows of g x rstd
 @triton.jit
-def _rms_bwd_partial(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, partial_ptr, rows, cols, stride_r, stride_c,
-                     ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    """ROWS rows per program; program p adds its rows' g x rstd into partial[p]."""
+def _rms_bwd(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, rows, cols, stride_r, stride_c, ROWS: tl.constexpr,
+             BLOCK: tl.constexpr, ATOMIC: tl.constexpr = False, VARIANT: tl.constexpr = CORRECT):
+    """ROWS rows per program, x read through its strides; program p adds its rows' g x rstd into row p of
+    dw (partial sums), or with ATOMIC into dw itself, by tl.atomic_add."""
     p = tl.program_id(0)
+    pad = 0.0
+    if VARIANT == OTHER_ONE:
+        pad = 1.0  # bug: the masked loads of the row's sum of g w x pad with ones
     for r in range(ROWS):
         row = p * ROWS + r
         if row < rows:
+            x_row = x_ptr + row * stride_r
             rstd = tl.load(rstd_ptr + row)
             dot = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
             for start in range(0, cols, BLOCK):
                 c = start + tl.arange(0, BLOCK)
-                x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
-                gw = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0) * tl.load(w_ptr + c, mask=c < cols,
-                                                                                          other=0.0)
-                dot += gw * x
+                x = tl.load(x_row + c * stride_c, mask=c < cols, other=pad)
+                g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=pad)
+                dot += g * tl.load(w_ptr + c, mask=c < cols, other=pad) * x
             k = rstd * rstd * rstd * tl.sum(dot) / cols
+            if VARIANT == RSTD_ONCE:
+                k = rstd * tl.sum(dot) / cols  # bug: the mean term scaled by rstd, not rstd^3
             for start in range(0, cols, BLOCK):
                 c = start + tl.arange(0, BLOCK)
-                x = tl.load(x_ptr + row * stride_r + c * stride_c, mask=c < cols, other=0.0)
+                x = tl.load(x_row + c * stride_c, mask=c < cols, other=0.0)
                 g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0)
-                w = tl.load(w_ptr + c, mask=c < cols)
-                tl.store(dx_ptr + row * cols + c, rstd * g * w - x * k, mask=c < cols)
-                part = tl.load(partial_ptr + p * cols + c, mask=c < cols)
-                tl.store(partial_ptr + p * cols + c, part + g * x * rstd, mask=c < cols)
+                dx = rstd * g * tl.load(w_ptr + c, mask=c < cols)
+                if VARIANT != NO_MEAN_TERM:  # the bug NO_MEAN_TERM drops the mean term
+                    dx -= x * k
+                tl.store(dx_ptr + row * cols + c, dx, mask=c < cols)
+                dw = g * x * rstd
+                if VARIANT == WEIGHT_WITHOUT_RSTD:
+                    dw = g * x  # bug: forgets rstd
+                if ATOMIC:
+                    tl.atomic_add(dw_ptr + c, dw, mask=c < cols)
+                else:
+                    part = tl.load(dw_ptr + p * cols + c, mask=c < cols)
+                    tl.store(dw_ptr + p * cols + c, part + dw, mask=c < cols)
 
 
 @triton.jit
@@ -828,78 +676,39 @@ def _sum_rows(partial_ptr, out_ptr, rows, cols, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _rms_bwd_atomic(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, cols, BLOCK: tl.constexpr):
-    """One row per program; each adds its g x rstd into dw with atomics."""
-    row = tl.program_id(0)
-    rstd = tl.load(rstd_ptr + row)
-    dot = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * cols + c, mask=c < cols, other=0.0)
-        g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0)
-        dot += g * tl.load(w_ptr + c, mask=c < cols, other=0.0) * x
-    mean = tl.sum(dot) / cols
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * cols + c, mask=c < cols, other=0.0)
-        g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0)
-        w = tl.load(w_ptr + c, mask=c < cols)
-        tl.store(dx_ptr + row * cols + c, rstd * (g * w - x * rstd * rstd * mean), mask=c < cols)
-        tl.atomic_add(dw_ptr + c, g * x * rstd, mask=c < cols)
-
-
-@triton.jit
 def _cast(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n).to(dst_ptr.dtype.element_ty), mask=offs < n)
+    mask = offs < n
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=mask).to(dst_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def _rms_bwd_rows(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, partial_ptr, cols, BLOCK: tl.constexpr,
-                  MEAN_TERM: tl.constexpr, RSTD_POWER: tl.constexpr, OTHER: tl.constexpr, WEIGHT_RSTD: tl.constexpr):
-    """One row per program, its g x rstd into partial[row]. The flags each plant one bug of the catalogue:
-    MEAN_TERM=False drops grad_x's mean term, RSTD_POWER=1 scales it by rstd instead of rstd^3, OTHER=1.0
-    pads the dot product's loads with ones, WEIGHT_RSTD=False forgets rstd in grad_weight."""
-    row = tl.program_id(0)
-    rstd = tl.load(rstd_ptr + row)
-    dot = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * cols + c, mask=c < cols, other=OTHER)
-        g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=OTHER)
-        dot += g * tl.load(w_ptr + c, mask=c < cols, other=OTHER) * x
-    k = tl.sum(dot) / cols * rstd
-    if RSTD_POWER == 3:
-        k = k * rstd * rstd
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * cols + c, mask=c < cols, other=0.0)
-        g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0)
-        w = tl.load(w_ptr + c, mask=c < cols)
-        dx = rstd * g * w
-        if MEAN_TERM:
-            dx -= x * k
-        tl.store(dx_ptr + row * cols + c, dx, mask=c < cols)
-        dw = g * x * rstd if WEIGHT_RSTD else g * x
-        tl.store(partial_ptr + row * cols + c, dw, mask=c < cols)
-
-
-def _rms_backward_rows(grad_out, x, weight, rstd, first_only=False, **bug):
-    """grad_x and per-row partials of grad_weight in one launch, then a second kernel sums the partials
-    (`first_only`: or returns the first program's partial as grad_weight)."""
-    flags = dict(MEAN_TERM=True, RSTD_POWER=3, OTHER=0.0, WEIGHT_RSTD=True) | bug
-    x, grad_out = x.contiguous(), grad_out.contiguous()
+def _rms_grad_x(grad_out, x, weight, rstd, dw, rows_per_program=1, block=256, strides=None, **switches):
+    """grad_x by one launch of _rms_bwd, which adds grad_weight's terms into `dw`; `strides`: the ones the kernel
+    is told instead of x's."""
+    grad_out = grad_out.contiguous()
     rows, cols = x.shape
-    grad_x = torch.empty_like(x)
-    partial = torch.empty((rows, cols), dtype=weight.dtype, device=x.device)
-    grad_weight = torch.empty_like(weight)
+    grad_x = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
     if rows:
-        _rms_bwd_rows[(rows,)](grad_out, x, weight, rstd, grad_x, partial, cols, BLOCK=256, **flags)
-    if first_only:
-        return grad_x, partial[0]
-    if cols:
-        _sum_rows[_blocks(cols, 256)](partial, grad_weight, rows, cols, BLOCK=256)
-    return grad_x, grad_weight
+        _rms_bwd[(triton.cdiv(rows, rows_per_program),)](grad_out, x, weight, rstd, grad_x, dw, rows, cols,
+                                                         *(strides or x.stride()), ROWS=rows_per_program,
+                                                         BLOCK=block, **switches)
+    return grad_x
+
+
+def _sum_partials(partial, weight, block=256):
+    """grad_weight, in weight's dtype: partial's column sums, by a second kernel."""
+    grad_weight = torch.empty_like(weight)
+    if partial.shape[1]:
+        _sum_rows[_blocks(partial.shape[1], block)](partial, grad_weight, *partial.shape, BLOCK=block)
+    return grad_weight
+
+
+def _rms_backward_rows(grad_out, x, weight, rstd, first_only=False, **switches):
+    """One row per program, each with its own row of partial sums of grad_weight, reduced by a second kernel
+    (`first_only`: or grad_weight is the first program's partial sum)."""
+    partial = torch.zeros(x.shape, dtype=weight.dtype, device=x.device)
+    grad_x = _rms_grad_x(grad_out, x.contiguous(), weight, rstd, partial, **switches)
+    return grad_x, partial[0] if first_only else _sum_partials(partial, weight)
 
 
 # rmsnorm_backward(grad_out, x, weight, rstd) -------------------------------------------------------------
@@ -910,31 +719,28 @@ def rmsnorm_backward_first_partial(grad_out, x, weight, rstd):
 
 @wrong_("rmsnorm_backward", "grad_x without the mean term: g * w * rstd")
 def rmsnorm_backward_no_mean_term(grad_out, x, weight, rstd):
-    return _rms_backward_rows(grad_out, x, weight, rstd, MEAN_TERM=False)
+    return _rms_backward_rows(grad_out, x, weight, rstd, VARIANT=NO_MEAN_TERM)
 
 
 @wrong_("rmsnorm_backward", "the mean term scaled by rstd, not rstd^3")
 def rmsnorm_backward_rstd_once(grad_out, x, weight, rstd):
-    return _rms_backward_rows(grad_out, x, weight, rstd, RSTD_POWER=1)
+    return _rms_backward_rows(grad_out, x, weight, rstd, VARIANT=RSTD_ONCE)
 
 
 @wrong_("rmsnorm_backward", "other=1.0 in the masked loads of the row's sum of g w x")
 def rmsnorm_backward_other_one(grad_out, x, weight, rstd):
-    return _rms_backward_rows(grad_out, x, weight, rstd, OTHER=1.0)
+    return _rms_backward_rows(grad_out, x, weight, rstd, VARIANT=OTHER_ONE)
 
 
 @wrong_("rmsnorm_backward", "grad_weight = sum of g x: forgets rstd")
 def rmsnorm_backward_weight_without_rstd(grad_out, x, weight, rstd):
-    return _rms_backward_rows(grad_out, x, weight, rstd, WEIGHT_RSTD=False)
+    return _rms_backward_rows(grad_out, x, weight, rstd, VARIANT=WEIGHT_WITHOUT_RSTD)
 
 
 @wrong_("rmsnorm_backward", "atomic_add into torch.empty: grad_weight starts from whatever the memory held")
 def rmsnorm_backward_atomic_into_empty(grad_out, x, weight, rstd):
-    x, grad_out = x.contiguous(), grad_out.contiguous()
-    grad_x, grad_weight = torch.empty_like(x), torch.empty_like(weight)
-    if x.shape[0]:
-        _rms_bwd_atomic[(x.shape[0],)](grad_out, x, weight, rstd, grad_x, grad_weight, x.shape[1], BLOCK=256)
-    return grad_x, grad_weight
+    grad_weight = torch.empty_like(weight)
+    return _rms_grad_x(grad_out, x.contiguous(), weight, rstd, grad_weight, ATOMIC=True), grad_weight
 
 
 @wrong_("rmsnorm_backward", "grad_weight in torch: (grad_out * x * rstd[:, None]).sum(0)")
@@ -946,53 +752,32 @@ def rmsnorm_backward_torch_weight(grad_out, x, weight, rstd):
 @wrong_("rmsnorm_backward", "passes a non-contiguous x as it is: flat row offsets read the wrong elements",
         says="non-contiguous")
 def rmsnorm_backward_ignores_strides(grad_out, x, weight, rstd):
-    grad_out = grad_out.contiguous()
-    grad_x, grad_weight = torch.empty_like(grad_out), torch.zeros_like(weight)
-    if x.shape[0]:
-        _rms_bwd_atomic[(x.shape[0],)](grad_out, x, weight, rstd, grad_x, grad_weight, x.shape[1], BLOCK=256)
-    return grad_x, grad_weight
+    grad_weight = torch.zeros_like(weight)
+    return _rms_grad_x(grad_out, x, weight, rstd, grad_weight, strides=(x.shape[1], 1), ATOMIC=True), grad_weight
 
 
 @wrong_("rmsnorm_backward", "atomic_add into torch.zeros(cols, dtype=torch.float32), returned as it is: float32 for "
                             "float64 weights")
 def rmsnorm_backward_float32_weight_grad(grad_out, x, weight, rstd):
-    x, grad_out = x.contiguous(), grad_out.contiguous()
-    grad_x, grad_weight = torch.empty_like(x), torch.zeros(x.shape[1], dtype=torch.float32, device=x.device)
-    if x.shape[0]:
-        _rms_bwd_atomic[(x.shape[0],)](grad_out, x, weight, rstd, grad_x, grad_weight, x.shape[1], BLOCK=256)
-    return grad_x, grad_weight
+    grad_weight = torch.zeros(x.shape[1], dtype=torch.float32, device=x.device)
+    return _rms_grad_x(grad_out, x.contiguous(), weight, rstd, grad_weight, ATOMIC=True), grad_weight
 
 
 @right_("rmsnorm_backward", "4 rows per program, x read through its strides, partial sums reduced by a second kernel")
 def rmsnorm_backward(grad_out, x, weight, rstd):
-    grad_out = grad_out.contiguous()
     rows, cols = x.shape
-    programs = triton.cdiv(rows, 4)
-    grad_x = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
-    partial = torch.zeros((programs, cols), dtype=_accumulator(x.dtype), device=x.device)
-    grad_weight = torch.empty_like(weight)
-    if rows:
-        _rms_bwd_partial[(programs,)](grad_out, x, weight, rstd, grad_x, partial, rows, cols, x.stride(0),
-                                      x.stride(1), ROWS=4, BLOCK=128)
-    if cols:
-        _sum_rows[_blocks(cols, 128)](partial, grad_weight, programs, cols, BLOCK=128)
-    return grad_x, grad_weight
+    partial = torch.zeros((triton.cdiv(rows, 4), cols), dtype=_accumulator(x.dtype), device=x.device)
+    grad_x = _rms_grad_x(grad_out, x, weight, rstd, partial, rows_per_program=4, block=128)
+    return grad_x, _sum_partials(partial, weight, block=128)
 
 
 @right_("rmsnorm_backward", "tl.atomic_add into a zeroed float32 (float64 for float64) buffer, cast by a kernel")
 def rmsnorm_backward_atomic(grad_out, x, weight, rstd):
-    x, grad_out = x.contiguous(), grad_out.contiguous()
-    rows, cols = x.shape
-    grad_x = torch.empty_like(x)
-    total = torch.zeros(cols, dtype=_accumulator(weight.dtype), device=x.device)
-    if rows:
-        _rms_bwd_atomic[(rows,)](grad_out, x, weight, rstd, grad_x, total, cols, BLOCK=512)
+    total = torch.zeros(x.shape[1], dtype=_accumulator(weight.dtype), device=x.device)
+    grad_x = _rms_grad_x(grad_out, x.contiguous(), weight, rstd, total, block=512, ATOMIC=True)
     if total.dtype == weight.dtype:
         return grad_x, total
-    grad_weight = torch.empty_like(weight)
-    if cols:
-        _cast[_blocks(cols, 1024)](total, grad_weight, cols, BLOCK=1024)
-    return grad_x, grad_weight
+    return grad_x, _launch(_cast, total, out=torch.empty_like(weight))
 
 
 # TritonRMSNorm -------------------------------------------------------------------------------------------
