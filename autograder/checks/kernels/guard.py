@@ -46,7 +46,7 @@ FILLED_ALLOCATIONS = {"zeros", "zeros_like", "new_zeros", "ones", "ones_like", "
 ALLOWED = ALLOCATIONS | FILLED_ALLOCATIONS | {
     "fill_", "zero_", "view", "_unsafe_view", "as_strided", "t", "transpose", "permute", "expand", "slice", "select",
     "unsqueeze", "squeeze", "alias", "detach", "split", "unbind", "clone", "copy_", "_to_copy", "lift_fresh",
-    "lift_fresh_copy", "_reshape_alias", "view_as_real", "set_",
+    "lift_fresh_copy", "_reshape_alias",
 }
 
 
@@ -250,10 +250,11 @@ def guarded(refuse=True):
 def report(guard, regions, result) -> KernelRun:
     """The `KernelRun` of a finished guarded call."""
     everything = list(regions) + guard.allocated
+    left = {i: unwritten(part) for i, part in enumerate(_parts(result))}
     return KernelRun(result=_compact(result), launches=guard.launches, refused=guard.refused,
                      wrote_outside=[r.name for r in everything if r.written_outside()],
                      changed=[r.name for r in regions if r.changed()],
-                     unwritten={i: unwritten(part) for i, part in enumerate(_parts(result)) if unwritten(part)},
+                     unwritten={i: counts for i, counts in left.items() if counts},
                      largest_block=guard.largest_block)
 
 
