@@ -472,6 +472,204 @@ def test_a_kernels_processes_are_bounded_by_its_control_group():
     assert all(not folder.exists() for folder in group.folders)
 
 
+def fake_cgroups(monkeypatch, tmp_path, own: str, files: dict, links=()) -> pathlib.Path:
+    """A control-group root in tmp_path laid out as `files` ({path: text}; `links`: (link, target)),
+    with `own` as the grader's /proc/self/cgroup. As in cgroupfs, a new group's folder holds (empty)
+    the interface files of its parent's, and removing the folder removes them."""
+    from autograder.grader import cgroup
+    root = tmp_path / "cgroup"
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    for link, target in links:
+        (root / link).symlink_to(target)
+    (tmp_path / "own").write_text(own)
+    mkdir, rmdir = pathlib.Path.mkdir, pathlib.Path.rmdir
+
+    def made(path, *args, **kwargs):
+        mkdir(path, *args, **kwargs)
+        if root in path.parents:
+            for file in path.parent.iterdir():
+                if file.is_file():
+                    (path / file.name).write_text("")
+
+    def removed(path):
+        if root in path.parents:
+            for file in path.iterdir():
+                file.unlink()
+        rmdir(path)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", made)
+    monkeypatch.setattr(pathlib.Path, "rmdir", removed)
+    monkeypatch.setattr(cgroup, "ROOT", root)
+    monkeypatch.setattr(cgroup, "OWN", tmp_path / "own")
+    return root
+
+
+def written(folder) -> dict:
+    """{file: what was written} of a fake group's files that are not empty."""
+    return {f.name: f.read_text().strip() for f in sorted(folder.iterdir()) if f.read_text().strip()}
+
+
+def joined_and_removed(group, run):
+    """The wrapped command starts in every folder of the fake group, and the run's removal kills it
+    and removes them all; return how many folders `remove_run` counted."""
+    import subprocess
+    import threading
+
+    from autograder.grader import cgroup
+    sleeper = subprocess.Popen(group.wrap(["sleep", "60"]))
+
+    def leaves_its_groups():  # as in cgroupfs, a process that ended is listed no more (reaped only later)
+        os.waitid(os.P_PID, sleeper.pid, os.WEXITED | os.WNOWAIT)
+        for folder in group.folders:
+            (folder / "cgroup.procs").write_text("")
+
+    watch = threading.Thread(target=leaves_its_groups)
+    try:
+        for folder in group.folders:  # the shell writes its pid, then becomes `sleep`
+            while (folder / "cgroup.procs").read_text() != f"{sleeper.pid}\n":
+                assert sleeper.poll() is None, f"the wrapped command ended ({sleeper.returncode}) before joining"
+                time.sleep(0.01)
+        assert group.processes() == [sleeper.pid]
+        assert cgroup.groups_of_run(run) == sorted(group.folders)
+        watch.start()
+        count = cgroup.remove_run(run)
+        assert sleeper.wait(timeout=10) == -9  # killed with its group
+    finally:
+        sleeper.kill()
+        if watch.is_alive():
+            watch.join()
+    assert cgroup.groups_of_run(run) == [] and not any(folder.exists() for folder in group.folders)
+    return count
+
+
+V2_GRADER = {"cgroup.controllers": "cpuset cpu io memory pids", "grader/cgroup.controllers": "cpu memory pids",
+             "grader/cgroup.procs": "", "grader/memory.max": "", "grader/memory.swap.max": "",
+             "grader/memory.oom.group": "", "grader/memory.events": "", "grader/pids.max": "", "grader/cpu.weight": "",
+             "grader/cpu.max": "", "grader/cpu.stat": ""}
+
+
+@pytest.mark.parametrize("enabled", ["memory pids cpu", "memory pids"])
+@pytest.mark.parametrize("cpus", [2, None])
+def test_a_cgroup_v2_group_limits_memory_processes_and_cpus_where_the_hierarchy_has_them(
+        tmp_path, monkeypatch, enabled, cpus):
+    """cgroup v2 (never mounted on the machine the tests first ran on): one folder beside the grader's,
+    every limit in it, the cpu controller asked for where the grader's group does not enable it; without
+    it, memory and processes are limited all the same."""
+    from autograder.grader import cgroup
+    root = fake_cgroups(monkeypatch, tmp_path, "0::/grader\n",
+                        {**V2_GRADER, "grader/cgroup.subtree_control": enabled})
+    run = "fake" + secrets.token_hex(4)
+    monkeypatch.setenv(cgroup.RUN_ENV_VAR, run)
+    group = cgroup.Cgroup(memory_mb=512, processes=8, cpus=cpus)
+    [folder] = group.folders
+    assert group.version == 2 and folder.parent == root / "grader" and folder.name.startswith(f"{cgroup.PREFIX}{run}-")
+    limited_cpu = {"cpu.weight": "200", "cpu.max": "200000 100000"} if cpus and "cpu" in enabled else {}
+    assert written(folder) == {"memory.max": str(512 * 2**20), "memory.oom.group": "1", "memory.swap.max": "0",
+                               "pids.max": "8", **limited_cpu}
+    # the fake keeps what the grader wrote: "+cpu", its request to enable the controller, where it was missing
+    asked = "+cpu" if cpus and "cpu" not in enabled else enabled
+    assert (root / "grader" / "cgroup.subtree_control").read_text().strip() == asked
+    assert not group.oom_killed()
+    (folder / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    assert group.oom_killed()
+    (folder / "cpu.stat").write_text("usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n")
+    assert group.cpu_seconds() == 1.5
+    assert joined_and_removed(group, run) == 1
+
+
+V1_GRADER = {"memory/grader/cgroup.procs": "", "memory/grader/memory.limit_in_bytes": "",
+             "memory/grader/memory.memsw.limit_in_bytes": "", "memory/grader/memory.oom_control": "",
+             "pids/grader/cgroup.procs": "", "pids/grader/pids.max": ""}
+CPU = {"cgroup.procs": "", "cpu.shares": "", "cpu.cfs_period_us": "", "cpu.cfs_quota_us": ""}
+CPUACCT = {"cgroup.procs": "", "cpuacct.usage": ""}
+
+
+@pytest.mark.parametrize("layout", ["cpu and cpuacct apart", "cpu and cpuacct shared", "no cpu hierarchy"])
+def test_a_cgroup_v1_group_has_a_folder_in_each_hierarchy_it_limits_or_counts(tmp_path, monkeypatch, layout):
+    """cgroup v1: a folder per hierarchy (one where cpu and cpuacct share theirs, as systemd mounts
+    them), the kernel's first process in each; where no cpu hierarchy is mounted, memory and
+    processes are limited all the same."""
+    from autograder.grader import cgroup
+    own = "4:memory:/grader\n8:pids:/grader\n0::/\n"
+    files, links = dict(V1_GRADER), []
+    if layout == "cpu and cpuacct apart":
+        own += "1:cpu:/grader\n2:cpuacct:/grader\n"
+        files |= {f"cpu/grader/{k}": v for k, v in CPU.items()} | {f"cpuacct/grader/{k}": v for k, v in CPUACCT.items()}
+        hierarchies = ["memory", "pids", "cpu", "cpuacct"]
+    elif layout == "cpu and cpuacct shared":
+        own += "1:cpu,cpuacct:/grader\n"
+        files |= {f"cpu,cpuacct/grader/{k}": v for k, v in (CPU | CPUACCT).items()}
+        links = [("cpu", "cpu,cpuacct"), ("cpuacct", "cpu,cpuacct")]
+        hierarchies = ["memory", "pids", "cpu,cpuacct"]
+    else:
+        own += "1:cpu,cpuacct:/grader\n"  # listed, but mounted elsewhere than the root
+        hierarchies = ["memory", "pids"]
+    root = fake_cgroups(monkeypatch, tmp_path, own, files, links)
+    run = "fake" + secrets.token_hex(4)
+    monkeypatch.setenv(cgroup.RUN_ENV_VAR, run)
+    group = cgroup.Cgroup(memory_mb=512, processes=8, cpus=2)
+    assert group.version == 1
+    assert group.folders == [root / h / "grader" / group.name for h in hierarchies]
+    memory, pids, *cpu = group.folders
+    limit = str(512 * 2**20)
+    assert written(memory) == {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}
+    assert written(pids) == {"pids.max": "8"}
+    if cpu:
+        assert written(cpu[0]) == {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "200000", "cpu.shares": "2048"}
+        (cpu[-1] / "cpuacct.usage").write_text("2500000000\n")
+        assert group.cpu_seconds() == 2.5
+    assert not group.oom_killed()
+    (memory / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+    assert group.oom_killed()
+    assert joined_and_removed(group, run) == len(hierarchies)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="control groups are made where the grader is root")
+def test_a_kernels_processes_together_get_no_more_cpu_than_its_limits_give():
+    """A kernel's `setsid` children each had a scheduler autogroup of their own, and no control
+    group bounded their CPU: a kernel spinning many took as many shares from its neighbours. Its
+    group's quota (Limits.threads CPUs) holds them all, measured from the group's own CPU count."""
+    import subprocess
+
+    from jupyter_client.utils import run_sync
+
+    from autograder.grader import cgroup
+    from autograder.grader.sandbox import HISTORY
+    limits = Limits(threads=1)
+    km = isolation.SandboxedKernelManager(kernel_name="python3", sandbox=isolation.Sandbox(limits))
+    group, kc = km.sandbox.cgroup, None
+    [cpu] = [folder for folder in group.folders if (folder / "cpu.cfs_quota_us").exists()]
+    read = {name: int((cpu / name).read_text()) for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares")}
+    assert read == {"cpu.cfs_quota_us": limits.threads * cgroup.PERIOD_US, "cpu.cfs_period_us": cgroup.PERIOD_US,
+                    "cpu.shares": 1024 * limits.threads}
+    spin = ("import subprocess, sys\nspinners = [subprocess.Popen([sys.executable, '-c', 'while True: pass'], "
+            "start_new_session=True) for _ in range(4)]")
+    try:
+        run_sync(km.start_kernel)(extra_arguments=list(HISTORY), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        kc = km.blocking_client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=120)
+        reply = kc.execute(spin, reply=True, timeout=120)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        in_cpu_group = {int(pid) for pid in (cpu / "cgroup.procs").read_text().split()}
+        spinners = [p for p in map(psutil.Process, group.processes()) if p.cmdline()[-1:] == ["while True: pass"]]
+        assert len(spinners) == 4 and {p.pid for p in spinners} <= in_cpu_group
+        assert len({os.getsid(p.pid) for p in spinners}) == 4  # a session (and autogroup) each
+        used, began = group.cpu_seconds(), time.monotonic()
+        time.sleep(2)  # the window measured (no switch: what is measured is CPU time, not time)
+        used, elapsed = group.cpu_seconds() - used, time.monotonic() - began
+        assert used <= limits.threads * elapsed * 1.2 + 0.05, (used, elapsed)
+    finally:
+        if kc is not None:
+            kc.stop_channels()
+        with contextlib.suppress(Exception):
+            run_sync(km.shutdown_kernel)(now=True)
+        km.sandbox.end()
+
+
 def test_no_new_namespaces_mounts_keyrings_or_ptrace_inside_and_the_rest_works():
     """Run as root, a kernel once made user, mount and network namespaces in its sandbox, took every
     capability in them and mounted a 12 GB tmpfs. The seccomp filter refuses those calls (EPERM)."""
@@ -583,5 +781,5 @@ def test_a_class_run_removes_the_groups_its_workers_left(monkeypatch):
     time.sleep(0.3)
     run = os.environ[cgroup.RUN_ENV_VAR]
     assert cgroup.groups_of_run(run) == sorted(group.folders)
-    assert cgroup.remove_run(run) == 2 and cgroup.groups_of_run(run) == []
+    assert cgroup.remove_run(run) == len(group.folders) and cgroup.groups_of_run(run) == []
     assert sleeper.wait(timeout=10) != 0  # killed with its group

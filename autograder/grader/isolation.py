@@ -186,8 +186,9 @@ class Sandbox:
     def __init__(self, limits, sandboxed=True, answer_key=None, hidden=()):
         self.sandboxed = sandboxed
         self.uid = fresh_uid() if sandboxed and os.geteuid() == 0 else None
-        # memory (memfd, shared memory and tmpfs pages included) and processes, where the grader is root
-        self.cgroup = Cgroup.create(limits.memory_mb, limits.processes) if sandboxed else None
+        # memory (memfd, shared memory and tmpfs pages included), processes and CPUs, where the grader is root
+        cpus = max(1, limits.threads) if limits.cpu_limited else None
+        self.cgroup = Cgroup.create(limits.memory_mb, limits.processes, cpus) if sandboxed else None
         self.exchange = Exchange(self.uid)
         self.workdir = HOME if sandboxed else tempfile.mkdtemp(prefix="submission-")
         course_root = pathlib.Path(answer_key).resolve().parents[2] if answer_key else None

@@ -38,7 +38,9 @@ HISTORY = ("--HistoryManager.hist_file=:memory:",)  # as nbclient starts kernels
 class Limits:
     """What one submission may use. Seconds are wall time (fractions allowed); memory is what its
     processes hold together; `scratch_mb` is the size of each of its in-memory folders (working
-    folder, /tmp, /dev/shm); `unsandboxed` runs kernels without a sandbox (an explicit choice).
+    folder, /tmp, /dev/shm); `threads` is also how many CPUs its processes may use together (its
+    control group's quota); `cpu_limited=False` drops that quota, only for benchmarks/cpu_shares.py's
+    comparison; `unsandboxed` runs kernels without a sandbox (an explicit choice).
     Frozen: the default instance is shared by every call that takes it, so none may change it."""
     cell_seconds: float = 60.0
     submission_seconds: float = 900.0
@@ -48,6 +50,7 @@ class Limits:
     processes: int = 256
     file_mb: int = 256
     scratch_mb: int = 256
+    cpu_limited: bool = True
     unsandboxed: bool = False
 
 
