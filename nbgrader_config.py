@@ -4,6 +4,7 @@ from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, Execute, Save
 
 from autograder.grader.execution import SteadyClientMixin
 from autograder.grader.feedback import HideHiddenTests
+from autograder.grader.judge import ByHandRules
 from autograder.grader.recording import BoundedPartialCredit
 from autograder.grader.sanitize import RestoreFromSource
 
@@ -37,12 +38,13 @@ class SteadyExecute(SteadyClientMixin, Execute):
 # nbgrader's "checksum has changed" warning; only a real edit is logged.
 c.Autograde.sanitize_preprocessors = [ClearOutput, RestoreFromSource, CheckCellMetadata]
 
-# Execution without the widget stall; a test cell's last value counts as partial credit only
-# between 0 and its points (nbgrader would raise on more and give full marks for less than 0).
+# Execution without the widget stall; the by-hand judge's verdicts, read from the source
+# (autograder/grader/judge.py); a test cell's last value counts as partial credit only between 0 and
+# its points (nbgrader would raise on more and give full marks for less than 0).
 _steps = []
 for _step in Autograde.class_traits()["autograde_preprocessors"].default():
     if _step is SaveAutoGrades:
-        _steps.append(BoundedPartialCredit)
+        _steps += [ByHandRules, BoundedPartialCredit]
     _steps.append(SteadyExecute if _step is Execute else _step)
 c.Autograde.autograde_preprocessors = _steps
 

@@ -14,8 +14,8 @@ together, a long string, a huge number, deep nesting or too many items (`Bounds`
 """
 import dataclasses
 import functools
-import importlib
 import numbers
+import sys
 import types
 
 import torch
@@ -196,6 +196,16 @@ class Opaque:
         return f"<{self.type_name}: {self.text}>"
 
 
+def record_class(module, name):
+    """The autograder's own dataclass that an answer names, or None. Only a module the grader has imported
+    already is looked in: decoding never imports (a record may name any module, `autograder.no_such_module`)."""
+    if not (isinstance(module, str) and isinstance(name, str) and module.startswith("autograder.")
+            and name.isidentifier()):
+        return None
+    cls = getattr(sys.modules.get(module), name, None)
+    return cls if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == module else None
+
+
 def decode(value, holders):
     if isinstance(value, dict):
         if "__parameter__" in value:
@@ -213,14 +223,17 @@ def decode(value, holders):
             return torch.Size(items) if kind == "Size" else tuple(items) if kind == "tuple" else items
         if "__torch__" in value:
             text = value["text"]
-            return torch.device(text) if value["__torch__"] == "device" else getattr(torch, text.removeprefix("torch."))
+            if value["__torch__"] == "device":
+                return torch.device(text)
+            dtype = getattr(torch, str(text).removeprefix("torch."), None)
+            return dtype if isinstance(dtype, torch.dtype) else Opaque("dtype", capped(text, 80))
         if "__exception__" in value:
             return Raised(value["__exception__"], value["message"])
         if "__dataclass__" in value:
             module, name = value["__dataclass__"]
-            cls = getattr(importlib.import_module(module), name, None) if module.startswith("autograder.") else None
-            if not dataclasses.is_dataclass(cls):  # only the autograder's own records are rebuilt
-                return Opaque(name, "not a grading record")
+            cls = record_class(module, name)
+            if cls is None:  # only the autograder's own records are rebuilt
+                return Opaque(capped(name, 80), "not a grading record")
             return cls(**{k: decode(v, holders) for k, v in value["fields"].items()})
         if "__dict__" in value:
             return {decode(k, holders): decode(v, holders) for k, v in value["__dict__"]}

@@ -4,9 +4,20 @@ The grader (`autograder.grader.trusted.Remote`) writes a request file and has th
 `serve`: the student's names are looked up in the kernel's namespace, the call runs with the
 usual guards (`student_calls.call_student`), and the answer is written in the boundary's data
 format. This module runs in the student's kernel, so it holds no reference and no verdict.
+
+The guards are the student's own copy of this package otherwise: a notebook can patch
+`autograder.checks` before the grader's calls arrive. So the grader runs this file by its path
+(`runpy`, never through `sys.modules`), and `serve` answers with a private copy of the package,
+loaded from its files and swapped into `sys.modules` only while the call runs: the drivers the
+request names, the guards and the responder are then that copy's, which no cell of the notebook
+has seen. (What the kernel runs can still be reached by code that walks frames or the garbage
+collector; the grader's judge, `autograder.grader.judge`, refuses such code from its source.)
 """
+import contextlib
 import functools
+import importlib
 import pickle
+import sys
 import types
 
 import torch
@@ -63,9 +74,35 @@ def respond(request_path, response_path, namespace):
     torch.save(payload, response_path)
 
 
+def _ours(name: str) -> bool:
+    return name == "autograder" or name.startswith("autograder.")
+
+
+@contextlib.contextmanager
+def private_package():
+    """While the block runs, `autograder` and its modules in `sys.modules` are a private copy, loaded from
+    the package's files on first use and kept for the next call where no cell sees them; the notebook's
+    own copy is back afterwards, as it was."""
+    public = {name: module for name, module in sys.modules.items() if _ours(name)}
+    for name in public:
+        del sys.modules[name]
+    sys.modules.update(getattr(sys, "_course_private_package", {}))
+    try:
+        yield importlib.import_module("autograder.checks.kernel")
+    finally:
+        private = {name: module for name, module in sys.modules.items() if _ours(name)}
+        for name in private:
+            del sys.modules[name]
+        sys.modules.update(public)
+        sys._course_private_package = private
+
+
 def serve(request_path, response_path):
-    """Run in the kernel: answer one call with the student's own definitions."""
+    """Run in the kernel (by path, see the module's docstring): answer one call with the student's own
+    definitions and a private copy of the course's package."""
     from IPython import get_ipython
-    respond(request_path, response_path, get_ipython().user_ns)
+    namespace = get_ipython().user_ns
+    with private_package() as private:
+        private.respond(request_path, response_path, namespace)
 
 

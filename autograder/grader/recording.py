@@ -33,7 +33,7 @@ from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.checks import compare
-from autograder.grader import submissions
+from autograder.grader import judge, submissions
 from autograder.grader.nbgrader_run import with_scripts_on_path
 
 MESSAGE_CHARS = 500  # a failure message in the gradebook, scores.csv, failures.csv
@@ -203,8 +203,10 @@ class Recorder:
         return submission, self.gb.find_submission_notebook(assignment, assignment, student)
 
     def graded(self, student, assignment, nb, source) -> dict:
-        """Record an executed, merged notebook; write it to autograded/; return {grade_id: message}."""
+        """Record an executed, merged notebook; write it to autograded/; return {grade_id: message}.
+        The by-hand judge (`autograder.grader.judge`) reads its source first: an answer it refuses scores 0."""
         submission, notebook = self._submission(student, assignment)
+        judge.apply(nb, judge.cell_verdicts(nb, judge.baseline(self.root, assignment)))
         found = scores_of(nb, source, self.ignore)
         for grade in notebook.grades:
             score, _ = found.get(grade.name, (0.0, ""))

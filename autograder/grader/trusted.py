@@ -18,6 +18,7 @@ import contextlib
 import functools
 import io
 import os
+import pathlib
 import pickletools
 import stat
 import types
@@ -28,8 +29,10 @@ import nbformat
 import torch
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-from autograder.checks import boundary
+from autograder.checks import boundary, kernel
 from autograder.checks.compare import GradingError, capped
+
+RESPONDER = str(pathlib.Path(kernel.__file__).resolve())  # the kernel's responder, at the same path in the sandbox
 
 
 class GraderFailure(Exception):
@@ -107,10 +110,12 @@ def state_holders(fn, args) -> list:
 
 
 # What an answer's pickle may name: dense tensors (rebuilt from a storage of an allowed dtype), the
-# ordered dict that rebuild takes, complex numbers. Sparse, quantized, nested, meta and subclass
+# ordered dict that rebuild takes, complex numbers (named `__builtin__ complex` by protocol 2, torch.save's
+# default, and `builtins complex` by protocols 3 and later). Sparse, quantized, nested, meta and subclass
 # tensors have rebuild functions of their own and are refused before torch.load builds anything:
 # a sparse tensor with malformed indices corrupted the grader's memory when a check first touched it.
-ALLOWED_GLOBALS = {"torch._utils _rebuild_tensor_v2", "collections OrderedDict", "builtins complex"} | {
+ALLOWED_GLOBALS = {"torch._utils _rebuild_tensor_v2", "collections OrderedDict", "builtins complex",
+                   "__builtin__ complex"} | {
     f"torch {kind}Storage" for kind in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char",
                                         "Byte", "Bool", "ComplexFloat", "ComplexDouble")}
 # What the refused rebuilds make, as a message names them.
@@ -189,10 +194,11 @@ class Remote:
             self.nb.cells[self.index] = original
 
     def ask(self, request, response):
-        """Have the kernel answer the request file into the response file."""
+        """Have the kernel answer the request file into the response file, with the responder run from its
+        file (`autograder.checks.kernel`: never the copy a notebook imported and could have patched)."""
         try:
-            self._run(f"__import__('autograder.checks.kernel', fromlist=['serve'])"
-                      f".serve({str(request)!r}, {str(response)!r})")
+            self._run(f"__import__('runpy').run_path({RESPONDER!r}, run_name='course_responder')"
+                      f"['serve']({str(request)!r}, {str(response)!r})")
         except (DeadKernelError, CellTimeoutError) as err:
             raise KernelDied(timed_out=isinstance(err, CellTimeoutError)) from err
 
@@ -225,9 +231,12 @@ class Remote:
         try:
             for holder, state in zip(holders, payload["after"]):
                 boundary.apply_state(holder, state)
+            return boundary.decode(payload["result"], holders)
         except GradingError as err:
             raise GradingError(f"{exercise}: {err}") from None
-        return boundary.decode(payload["result"], holders)
+        except Exception as err:  # data shaped to fail the grader's reading of it: the submission's doing
+            raise GradingError(f"{exercise}: what came back from your notebook could not be read "
+                               f"({type(err).__name__}: {capped(err, 200)})") from None
 
 
 def run_grade_cell(source, names, remote):

@@ -1,0 +1,740 @@
+"""Read a submitted notebook's code as code, never running it: for the judge and the flags.
+
+A notebook is its code cells, parsed as IPython runs them (magics turned into Python first).
+`NotebookCode` knows every name the cells bind at top level (a definition, an import, an
+assignment), so that a name used anywhere can be followed to what it stands for: a definition of
+the notebook, a module, or an attribute chain on a module (`torch.autograd.grad`, however it was
+imported or renamed, `torch.nn.functional.torch.autograd.grad` included: chains are looked up on the
+real modules, here in the grader, and compared by identity). `Reader` walks code and reports, as
+`Finding`s, what no honest answer needs and what the judge cannot follow: reflection (computed
+`getattr`, `exec`, `importlib`, frames, `sys.modules`, `gc`, ...), private parts of a library
+(`torch._C`), stores on a module (a patch), modules it does not read; and, given a rule
+(`autograder.grader.judge`), what that rule forbids. What it does not follow: values handed to a
+function as arguments (a parameter is whatever the caller passes).
+"""
+import ast
+import builtins
+import dataclasses
+import functools
+import importlib
+import re
+import types
+
+from IPython.core.inputtransformer2 import TransformerManager
+
+# Modules a submission may use and the judge reads (looked up here, in the grader, by their public
+# names only). A module outside this list, or in DENIED, is code or reflection the judge cannot follow.
+KNOWN_MODULES = frozenset({
+    "torch", "numpy", "math", "cmath", "random", "functools", "itertools", "operator", "collections", "dataclasses",
+    "typing", "abc", "enum", "contextlib", "warnings", "time", "datetime", "statistics", "fractions", "decimal",
+    "numbers", "string", "re", "copy", "heapq", "bisect", "array", "textwrap", "json", "csv", "pprint", "os", "sys",
+    "io", "errno", "types", "pathlib", "tempfile", "shutil", "glob", "subprocess", "socket", "struct", "hashlib",
+    "base64", "zlib", "uuid", "secrets", "platform", "logging", "triton", "matplotlib", "ipywidgets", "tqdm",
+    "graphviz", "autograder"})
+DENIED_MODULES = {
+    "importlib": "loads modules by computed names", "builtins": "replaces Python's own functions",
+    "gc": "finds any object in memory", "ctypes": "reaches memory directly", "inspect": "reads frames and source",
+    "marshal": "builds code objects", "pickle": "runs code while it loads", "copyreg": "changes how objects copy",
+    "dill": "runs code while it loads", "cloudpickle": "runs code while it loads", "code": "runs code from strings",
+    "codeop": "compiles code from strings", "dis": "reads code objects", "runpy": "runs modules by name",
+    "threading": "sets hooks on every thread", "signal": "changes the grader's time limits",
+    "IPython": "changes how cells run", "ipykernel": "reaches the kernel", "jupyter_client": "reaches the kernel",
+    "zmq": "reaches the kernel's sockets", "linecache": "rewrites source", "traceback": "reads frames",
+    "functorch": "is torch.func under another name", "weakref": "finds objects without names",
+    "site": "changes the import path", "sysconfig": "reads the install"}
+# Attributes of a known module that are reflection, or a hook on the interpreter.
+DENIED_ATTRIBUTES = {
+    "sys": {"modules", "meta_path", "path_hooks", "path_importer_cache", "settrace", "setprofile", "gettrace",
+            "getprofile", "addaudithook", "monitoring", "last_traceback", "last_value", "last_exc", "excepthook",
+            "displayhook", "call_tracing", "breakpointhook", "audit"},
+    "types": {"FunctionType", "CodeType", "LambdaType", "MethodType", "FrameType", "ModuleType", "CellType",
+              "TracebackType", "new_class", "BuiltinFunctionType", "GeneratorType", "coroutine"},
+    "operator": {"attrgetter", "methodcaller"},
+}
+# Private names that are a public API in all but name (PyTorch's own reentrant checkpoint asks this one).
+ALLOWED_PRIVATE = {"torch.autograd._is_checkpoint_valid"}
+# Built-in functions that reach objects by computed names, or run strings as code.
+REFLECTIVE_BUILTINS = {"getattr", "setattr", "delattr", "vars", "globals", "locals", "eval", "exec", "compile",
+                       "__import__", "breakpoint", "__build_class__"}
+# Attributes that walk from an object to frames, code, namespaces or every class: none is on any path an
+# answer needs, on any object.
+DENIED_DUNDERS = {"__dict__", "__globals__", "__code__", "__closure__", "__subclasses__", "__bases__", "__base__",
+                  "__mro__", "__builtins__", "__getattribute__", "__getattr__", "__setattr__", "__delattr__",
+                  "__wrapped__", "__reduce__", "__reduce_ex__", "__import__", "__loader__", "__spec__", "__self__",
+                  "__func__", "__defaults__", "__kwdefaults__", "__module__", "__objclass__", "__subclasshook__",
+                  "__init_subclass__", "__set_name__", "__class_getitem__", "__annotations__", "__traceback__",
+                  "__context__", "__cause__"}
+FRAME_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "tb_frame", "tb_next",
+                    "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "co_code", "co_consts",
+                    "co_names", "co_varnames", "cell_contents"}
+# IPython puts these in every namespace: the shell itself, and every earlier input and output (an
+# output may be a function a cell showed, `torch.autograd.grad` itself).
+IPYTHON_NAMES = re.compile(r"^(get_ipython|In|Out|_oh|_ih|_dh|_ii*|_i\d+|_+|_\d+|exit|quit)$")
+# Magics whose argument is Python code run in the notebook: read it as such.
+CODE_MAGICS = {"time", "timeit", "prun", "capture"}
+# Magics that run nothing of the notebook's.
+QUIET_MAGICS = {"matplotlib", "config", "env", "pwd", "ls", "who", "whos", "who_ls", "precision", "pinfo", "pinfo2",
+                "pdoc", "pdef", "psource", "pfile", "page", "pip", "conda", "lsmagic", "magic", "history", "xmode",
+                "colors", "notebook", "ddir", "dhist", "bookmark", "cd", "pprint", "automagic", "timeit_quiet"}
+
+
+def lookup(path: str):
+    """The real object a public dotted path names (`torch.nn.functional.silu`), or None where it does not
+    exist, is private, or starts outside KNOWN_MODULES (nothing else is ever imported here)."""
+    return _lookup(path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lookup(path: str):
+    parts = path.split(".")
+    if parts[0] not in KNOWN_MODULES or any(p.startswith("_") for p in parts):
+        return None
+    try:
+        obj = importlib.import_module(parts[0])
+    except Exception:  # a known module that this grader lacks (matplotlib on a bare machine)
+        return None
+    for i, part in enumerate(parts[1:], start=1):
+        found = getattr(obj, part, _MISSING)
+        if found is _MISSING and isinstance(obj, types.ModuleType):
+            try:
+                found = importlib.import_module(".".join(parts[: i + 1]))
+            except Exception:
+                return None
+        if found is _MISSING:
+            return None
+        obj = found
+    return obj
+
+
+_MISSING = object()
+
+
+def canonical(path: str) -> str:
+    """The path through its last module's own name: `torch.nn.functional.torch.autograd` is `torch.autograd`."""
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        obj = lookup(".".join(parts[:i]))
+        if isinstance(obj, types.ModuleType):
+            return ".".join([obj.__name__, *parts[i:]])
+    return path
+
+
+# --- what a name or an expression stands for -------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Path:
+    """A module or an attribute chain on one: `torch.autograd.grad`."""
+    dotted: str
+
+    def attribute(self, name):
+        return Path(f"{self.dotted}.{name}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Definition:
+    """A top-level binding of the notebook: a def, a class, or an assignment's value."""
+    name: str
+    node: ast.AST  # FunctionDef, ClassDef, or the value expression of an assignment (None: unknown)
+    cell: "Cell"
+    kind: str  # "def", "class", "value"
+
+
+@dataclasses.dataclass(frozen=True)
+class Builtin:
+    name: str
+
+
+UNKNOWN = None  # a parameter, a call's result, a subscript: what a value will be is not known here
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    cell: int  # 1-based, as the notebook shows cells
+    line: int  # 1-based within the cell
+    text: str
+
+    def __str__(self):
+        return f"cell {self.cell}, line {self.line} ({self.text[:100]})" if self.cell else "the notebook"
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    site: Site
+    what: str  # "reaches torch._C", "calls exec", ...
+    kind: str  # "reflection", "store" (a patch), "answers" (the grader, solutions) or "forbidden" (by a rule)
+    lines: range = dataclasses.field(default=range(0), compare=False)  # the lines of the construct, in its cell
+
+
+# --- cells ---------------------------------------------------------------------------------------
+@dataclasses.dataclass(eq=False)
+class Cell:
+    number: int
+    source: str
+    tree: ast.Module
+    test: bool  # a test cell (rebuilt from the source by the grader, never the student's)
+    offset: int = 0  # lines before the code (a cell magic's body starts on line 2)
+
+    def site(self, node) -> Site:
+        line = getattr(node, "lineno", 1) + self.offset
+        lines = self.source.splitlines()
+        text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        return Site(self.number, line, text)
+
+    def lines_of(self, node) -> range:
+        first = getattr(node, "lineno", 1)
+        return range(first + self.offset, getattr(node, "end_lineno", first) + self.offset + 1)
+
+
+_transformer = TransformerManager()
+
+
+def parse_cell(source: str):
+    """The cell as IPython would compile it, or None where it does not (it then defines nothing)."""
+    try:
+        return ast.parse(_transformer.transform_cell(source))
+    except Exception:  # SyntaxError, or a transformer that gives up: the cell raises when run
+        return None
+
+
+def is_test_cell(cell) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return isinstance(meta, dict) and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def code_cells(nb) -> list:
+    """Every code cell that parses, numbered as the notebook shows cells."""
+    found = []
+    for number, cell in enumerate(nb.cells, start=1):
+        if cell.cell_type != "code":
+            continue
+        source = cell.source if isinstance(cell.source, str) else "".join(cell.source)
+        tree = parse_cell(source)
+        if tree is not None:
+            found.append(Cell(number, source, tree, is_test_cell(cell)))
+    return found
+
+
+# --- magics, as IPython turns them into code -------------------------------------------------------
+def magic(node):
+    """(kind, name, code) for `get_ipython().run_line_magic(name, arg)` and its relatives, else None.
+    kind: "line", "cell" or "shell"; code: the magic's argument (a cell magic's body) where constant."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Call) and isinstance(node.func.value.func, ast.Name)
+            and node.func.value.func.id == "get_ipython" and not node.func.value.args):
+        return None
+    method, args = node.func.attr, node.args
+    constant = all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in args)
+    if method == "run_line_magic" and len(args) == 2 and constant:
+        return "line", args[0].value, args[1].value
+    if method == "run_cell_magic" and len(args) == 3 and constant:
+        return "cell", args[0].value, args[2].value
+    if method in ("system", "getoutput") and len(args) == 1 and constant:
+        return "shell", method, args[0].value
+    return "other", method, None
+
+
+# --- the names a notebook binds --------------------------------------------------------------------
+class NotebookCode:
+    """Every code cell of a notebook and every name its cells bind at top level."""
+
+    def __init__(self, cells):
+        self.cells = cells
+        self.bindings = {}  # name -> [("import", dotted) | ("star", module) | Definition]
+        for cell in cells:
+            for statement in cell.tree.body:
+                self._bind(statement, cell)
+            for node in ast.walk(cell.tree):  # `global x` in a function binds x here too
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    declared = {n for s in ast.walk(node) if isinstance(s, ast.Global) for n in s.names}
+                    for name, value in assignments(node, declared):
+                        self._add(name, Definition(name, value, cell, "value"))
+
+    def _add(self, name, binding):
+        self.bindings.setdefault(name, []).append(binding)
+
+    def _bind(self, node, cell):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self._add(node.name, Definition(node.name, node, cell, "def"))
+        elif isinstance(node, ast.ClassDef):
+            self._add(node.name, Definition(node.name, node, cell, "class"))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for name, binding in import_bindings(node):
+                self._add(name, binding)
+        else:
+            for name, value in assignments(node, None, top=True):
+                self._add(name, Definition(name, value, cell, "value"))
+            for child in nested_statements(node):
+                self._bind(child, cell)
+
+    def definitions(self, name, tests=True) -> list:
+        return [b for b in self.bindings.get(name, ()) if isinstance(b, Definition) and (tests or not b.cell.test)]
+
+
+def import_bindings(node):
+    """(name, ("import", dotted)) for each name an import statement binds; ("star", module) for `*`."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.asname:
+                yield alias.asname, ("import", alias.name)
+            else:
+                top = alias.name.split(".")[0]
+                yield top, ("import", top)
+    elif node.level:  # a relative import: a module of the student's own, nothing the judge reads
+        for alias in node.names:
+            yield alias.asname or alias.name, ("import", "." * node.level + (node.module or ""))
+    else:
+        for alias in node.names:
+            if alias.name == "*":
+                yield "*", ("star", node.module)
+            else:
+                yield alias.asname or alias.name, ("import", f"{node.module}.{alias.name}")
+
+
+def nested_statements(node):
+    """Statements inside a compound statement's blocks (if, for, while, try, with): they run at this level."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return []
+    blocks = []
+    for field in ("body", "orelse", "finalbody"):
+        blocks += getattr(node, field, []) or []
+    for handler in getattr(node, "handlers", []) or []:
+        blocks += handler.body
+    for case in getattr(node, "cases", []) or []:
+        blocks += case.body
+    return [b for b in blocks if isinstance(b, ast.stmt)]
+
+
+def target_names(target):
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from target_names(element)
+    elif isinstance(target, ast.Starred):
+        yield from target_names(target.value)
+
+
+def assignments(node, only=None, top=False):
+    """(name, value expression or None) for names a statement binds; in a function with `only`, the
+    assignments to those (global) names anywhere in it. `top`: the statement itself, not its blocks."""
+    walk = [node] if top else list(ast.walk(node))
+    for n in walk:
+        pairs = []
+        if isinstance(n, ast.Assign):
+            single = len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+            pairs = [(name, n.value if single else None) for t in n.targets for name in target_names(t)]
+        elif isinstance(n, ast.AnnAssign) and n.value is not None:
+            pairs = [(name, n.value) for name in target_names(n.target)]
+        elif isinstance(n, ast.AugAssign):
+            pairs = [(name, None) for name in target_names(n.target)]
+        elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+            pairs = [(name, None) for name in target_names(n.target)]
+        elif isinstance(n, (ast.With, ast.AsyncWith)):
+            pairs = [(name, None) for item in n.items if item.optional_vars is not None
+                     for name in target_names(item.optional_vars)]
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            pairs = [(n.name, None)]
+        elif isinstance(n, ast.NamedExpr):
+            pairs = [(name, n.value) for name in target_names(n.target)]
+        elif isinstance(n, (ast.Import, ast.ImportFrom)) and only is not None:
+            pairs = [(name, None) for name, _ in import_bindings(n)]
+        if top and not pairs:
+            for sub in ast.walk(n):  # a walrus inside a top-level expression binds at top level
+                if isinstance(sub, ast.NamedExpr):
+                    pairs += [(name, sub.value) for name in target_names(sub.target)]
+        for name, value in pairs:
+            if only is None or name in only:
+                yield name, value
+
+
+# --- scopes ---------------------------------------------------------------------------------------
+class Scope:
+    """The names a function (or lambda, comprehension, class body) binds itself, with what each may hold."""
+
+    def __init__(self, node, parent):
+        self.parent = parent
+        self.names = {}  # name -> [expression or None, or ("import", dotted)]
+        self.globals = set()
+        self.is_class = isinstance(node, ast.ClassDef)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            arguments = node.args
+            positional = arguments.posonlyargs + arguments.args
+            defaults = [None] * (len(positional) - len(arguments.defaults)) + list(arguments.defaults)
+            for arg, default in zip(positional, defaults):
+                self.names.setdefault(arg.arg, []).extend([None] + ([default] if default is not None else []))
+            for arg, default in zip(arguments.kwonlyargs, arguments.kw_defaults):
+                self.names.setdefault(arg.arg, []).extend([None] + ([default] if default is not None else []))
+            for arg in (arguments.vararg, arguments.kwarg):
+                if arg is not None:
+                    self.names.setdefault(arg.arg, []).append(None)
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            for generator in node.generators:
+                for name in target_names(generator.target):
+                    self.names.setdefault(name, []).append(None)
+            return
+        body = node.body if isinstance(node.body, list) else []
+        for statement in _own_statements(body):
+            if isinstance(statement, ast.Global):
+                self.globals |= set(statement.names)
+            elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.names.setdefault(statement.name, []).append(None)
+            elif isinstance(statement, (ast.Import, ast.ImportFrom)):
+                for name, binding in import_bindings(statement):
+                    self.names.setdefault(name, []).append(binding)
+            else:
+                for name, value in assignments(statement, top=True):
+                    self.names.setdefault(name, []).append(value)
+        for name in self.globals:
+            self.names.pop(name, None)
+
+
+def _own_statements(body):
+    """Every statement of a block and of its nested blocks, but not of nested functions or classes."""
+    stack = list(body)
+    while stack:
+        statement = stack.pop()
+        yield statement
+        stack.extend(nested_statements(statement))
+
+
+# --- reading code ---------------------------------------------------------------------------------
+class Reader(ast.NodeVisitor):
+    """Walk code of a notebook and report what it reaches (`findings`) and which of the notebook's own
+    definitions it uses (`reached`), following names through imports, assignments and attribute chains.
+
+    `rule` (a `judge.Rule`, or None) adds what an exercise forbids; `graded`: the code is a graded
+    answer or something it uses, where the instructor's grader (its answer keys) is out of bounds too."""
+
+    def __init__(self, code: NotebookCode, rule=None, graded=False):
+        self.code, self.rule, self.graded = code, rule, graded
+        self.findings, self.reached = [], []
+        self.cell, self.scope, self.in_kernel = None, None, False
+        self._resolving = set()
+
+    # -- entry points
+    def read_definition(self, definition: Definition):
+        """A reached definition, whole: a function's or class's body, or an assignment's value."""
+        if definition.node is None:
+            return
+        self._in(definition.cell, None, lambda: self.visit(definition.node))
+
+    def read_top_level(self, statement, cell):
+        """A statement as it runs at the top of a cell: definitions only by what runs when they are made."""
+        self._in(cell, None, lambda: self._run_at_top(statement))
+
+    def read_cell(self, cell):
+        """Every line of a cell, function bodies included."""
+        self._in(cell, None, lambda: [self.visit(s) for s in cell.tree.body])
+
+    def _in(self, cell, scope, work):
+        saved = self.cell, self.scope
+        self.cell, self.scope = cell, scope
+        try:
+            work()
+        finally:
+            self.cell, self.scope = saved
+
+    def _run_at_top(self, statement):
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in [*statement.decorator_list, *statement.args.defaults,
+                         *[d for d in statement.args.kw_defaults if d is not None]]:
+                self.visit(node)
+        elif isinstance(statement, ast.ClassDef):
+            for node in [*statement.decorator_list, *statement.bases, *statement.keywords]:
+                self.visit(node)
+            self._with_scope(Scope(statement, self.scope), lambda: [self._run_at_top(s) for s in statement.body])
+        else:
+            for child in ast.iter_child_nodes(statement):
+                if isinstance(child, ast.stmt):
+                    self._run_at_top(child)
+                else:
+                    self.visit(child)
+
+    def _with_scope(self, scope, work):
+        saved = self.scope
+        self.scope = scope
+        try:
+            work()
+        finally:
+            self.scope = saved
+
+    def report(self, node, what, kind="reflection"):
+        self.findings.append(Finding(self.cell.site(node), what, kind, self.cell.lines_of(node)))
+
+    # -- what names and expressions stand for
+    def name_refs(self, name) -> set:
+        scope = self.scope
+        while scope is not None:
+            if name in scope.globals:
+                break
+            if name in scope.names and not (scope.is_class and scope is not self.scope):
+                found = set()
+                for value in scope.names[name]:
+                    if isinstance(value, tuple):
+                        found.add(Path(value[1]) if value[0] == "import" else UNKNOWN)
+                    elif value is None:
+                        found.add(UNKNOWN)
+                    else:
+                        found |= self._resolve_in(value, scope)
+                return found
+            scope = scope.parent
+        return self.module_refs(name)
+
+    def module_refs(self, name) -> set:
+        found = set()
+        for binding in self.code.bindings.get(name, ()):
+            if isinstance(binding, Definition):
+                if binding not in self.reached:
+                    self.reached.append(binding)
+                if binding.kind == "value":
+                    found |= self._resolve_in(binding.node, None) if binding.node is not None else {UNKNOWN}
+                else:
+                    found.add(binding)
+            elif binding[0] == "import":
+                found.add(Path(binding[1]))
+        if not found:
+            for star in self.code.bindings.get("*", ()):
+                if lookup(f"{star[1]}.{name}") is not None or star[1].split(".")[0] not in KNOWN_MODULES:
+                    found.add(Path(f"{star[1]}.{name}"))
+        if not found and name in vars(builtins):
+            found.add(Builtin(name))
+        return found or {UNKNOWN}
+
+    def _resolve_in(self, node, scope) -> set:
+        key = (id(node), id(scope))
+        if key in self._resolving:
+            return {UNKNOWN}
+        self._resolving.add(key)
+        try:
+            saved = self.scope
+            self.scope = scope
+            try:
+                return self.refs(node)
+            finally:
+                self.scope = saved
+        finally:
+            self._resolving.discard(key)
+
+    def refs(self, node) -> set:
+        if isinstance(node, ast.Name):
+            return self.name_refs(node.id)
+        if isinstance(node, ast.Attribute):
+            return {r.attribute(node.attr) if isinstance(r, Path) else UNKNOWN for r in self.refs(node.value)}
+        constant = _constant_getattr(node)
+        if constant is not None:
+            return {r.attribute(constant[1]) if isinstance(r, Path) else UNKNOWN for r in self.refs(constant[0])}
+        return {UNKNOWN}
+
+    # -- checks
+    def check_path(self, path: str, node):
+        parts = path.split(".")
+        top = parts[0]
+        if top in DENIED_MODULES:
+            return self.report(node, f"uses {top}, which {DENIED_MODULES[top]}")
+        if top.startswith("_") or top not in KNOWN_MODULES:
+            return self.report(node, f"imports {top or path}, a module the judge does not read (it reads "
+                                     f"{', '.join(sorted(KNOWN_MODULES - {'autograder'}))})")
+        for i, part in enumerate(parts[1:], start=1):
+            if part in DENIED_DUNDERS or part in FRAME_ATTRIBUTES:
+                return self.report(node, f"reaches {'.'.join(parts[:i + 1])}, which walks to code, frames or "
+                                         "namespaces")
+            if part.startswith("_") and not (part.startswith("__") and part.endswith("__")) \
+                    and canonical(".".join(parts[:i + 1])) not in ALLOWED_PRIVATE:
+                return self.report(node, f"reaches {'.'.join(parts[:i + 1])}, a private part of {top}")
+        full = canonical(path)
+        module, _, attribute = full.rpartition(".")
+        for denied_module, names in DENIED_ATTRIBUTES.items():
+            if attribute in names and (module == denied_module or canonical(module) == denied_module):
+                return self.report(node, f"reaches {denied_module}.{attribute}, reflection the judge cannot follow")
+        if top == "autograder" and len(parts) > 1 and parts[1] == "grader":
+            return self.report(node, "uses autograder.grader, the instructor's grader (its answer keys)",
+                               "forbidden" if self.graded else "answers")
+        if self.rule is not None:
+            why = self.rule.refuses(full, self.in_kernel)
+            if why:
+                self.report(node, why, "forbidden")
+
+    def check_refs(self, refs, node):
+        for ref in refs:
+            if isinstance(ref, Path):
+                self.check_path(ref.dotted, node)
+
+    # -- the walk
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Store):
+            if node.id in ("__module__", "__qualname__") and self.scope is not None and self.scope.is_class:
+                self.report(node, f"sets a class's {node.id}", "store")
+            return
+        if isinstance(node.ctx, ast.Del):
+            return
+        refs = self.name_refs(node.id)
+        if refs == {UNKNOWN} and not self._bound_anywhere(node.id) and IPYTHON_NAMES.match(node.id):
+            self.report(node, f"uses IPython's {node.id}, which reaches the kernel and every earlier cell")
+        for ref in refs:
+            if isinstance(ref, Builtin) and ref.name in REFLECTIVE_BUILTINS:
+                self.report(node, f"uses {ref.name}, which reaches objects or code by computed names")
+            elif isinstance(ref, Builtin) and ref.name == "__builtins__":
+                self.report(node, "uses __builtins__")
+        self.check_refs(refs, node)
+
+    def _bound_anywhere(self, name):
+        scope = self.scope
+        while scope is not None:
+            if name in scope.names:
+                return True
+            scope = scope.parent
+        return name in self.code.bindings
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, str) and ("solutions/" in node.value or "answer_key" in node.value):
+            self.report(node, "names the course's solutions or answer keys", "forbidden" if self.graded else "answers")
+
+    def visit_Attribute(self, node):
+        self.visit(node.value)
+        if node.attr in DENIED_DUNDERS or node.attr in FRAME_ATTRIBUTES:
+            return self.report(node, f"reaches .{node.attr}, which walks to code, frames or namespaces")
+        receivers = self.refs(node.value)
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            patched = [r for r in receivers if isinstance(r, Path) and not _configurable(r.dotted)]
+            if patched:
+                verb = "deletes" if isinstance(node.ctx, ast.Del) else "changes"
+                self.report(node, f"{verb} {canonical(patched[0].dotted)}.{node.attr}", "store")
+            return
+        if any(isinstance(r, Path) for r in receivers):
+            self.check_refs({r.attribute(node.attr) for r in receivers if isinstance(r, Path)}, node)
+        if UNKNOWN in receivers and self.rule is not None:
+            why = self.rule.refuses_method(node.attr, self.in_kernel)
+            if why:
+                self.report(node, why, "forbidden")
+
+    def visit_Call(self, node):
+        found = magic(node)
+        if found is not None:
+            return self._magic(node, *found)
+        constant = _constant_getattr(node)
+        if constant is not None:  # getattr(x, "name"): an attribute written another way
+            return self.visit(ast.copy_location(ast.Attribute(constant[0], constant[1], ast.Load()), node))
+        self.visit(node.func)
+        for argument in [*node.args, *[k.value for k in node.keywords]]:
+            self.visit(argument)
+            self._not_a_module(argument)
+
+    def _magic(self, node, kind, name, code):
+        if kind == "shell" or name in QUIET_MAGICS:
+            return
+        if name in CODE_MAGICS and code is not None:
+            tree = parse_cell(code)
+            if tree is None:
+                return
+            shift = self.cell.offset + node.lineno - (0 if kind == "cell" else 1)
+            inner = Cell(self.cell.number, self.cell.source, tree, self.cell.test, shift)
+            saved = self.cell
+            self.cell = inner
+            try:
+                for statement in tree.body:
+                    self.visit(statement)
+            finally:
+                self.cell = saved
+            return
+        what = f"runs the magic %{name}" if kind in ("line", "cell") else f"uses IPython's get_ipython().{name}"
+        self.report(node, f"{what}, which runs code the judge cannot read")
+
+    def _not_a_module(self, node):
+        """A module handed to a function or stored in a container goes where names cannot follow it."""
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            modules = [r for r in self.refs(node)
+                       if isinstance(r, Path) and isinstance(lookup(r.dotted), types.ModuleType)]
+            if modules:
+                self.report(node, f"hands the module {modules[0].dotted} around, where the judge cannot follow it")
+
+    def visit_Return(self, node):
+        self.generic_visit(node)
+        if node.value is not None:
+            self._not_a_module(node.value)
+
+    def visit_List(self, node):
+        self.generic_visit(node)
+        for element in node.elts:
+            self._not_a_module(element)
+
+    visit_Tuple = visit_Set = visit_List
+
+    def visit_Dict(self, node):
+        self.generic_visit(node)
+        for value in node.values:
+            self._not_a_module(value)
+
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        if not all(isinstance(t, ast.Name) for t in node.targets):
+            self._not_a_module(node.value)
+
+    def visit_Import(self, node):
+        for alias in node.names:
+            self.check_path(alias.name, node)
+
+    def visit_ImportFrom(self, node):
+        if node.level:
+            return self.report(node, "imports a module of its own, which the judge does not read")
+        for alias in node.names:
+            if alias.name == "*":
+                self.check_path(node.module, node)
+            else:
+                self.check_path(f"{node.module}.{alias.name}", node)
+
+    def visit_FunctionDef(self, node):
+        for child in [*node.decorator_list, *node.args.defaults, *[d for d in node.args.kw_defaults if d]]:
+            self.visit(child)
+        kernel = self.in_kernel or any(_is_kernel_decorator(self.refs(d.func if isinstance(d, ast.Call) else d))
+                                       for d in node.decorator_list)
+        saved = self.in_kernel
+        self.in_kernel = kernel
+        try:
+            self._with_scope(Scope(node, self._function_parent()), lambda: [self.visit(s) for s in node.body])
+        finally:
+            self.in_kernel = saved
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def _function_parent(self):
+        scope = self.scope
+        while scope is not None and scope.is_class:  # a method does not see its class body's names
+            scope = scope.parent
+        return scope
+
+    def visit_Lambda(self, node):
+        for child in [*node.args.defaults, *[d for d in node.args.kw_defaults if d]]:
+            self.visit(child)
+        self._with_scope(Scope(node, self._function_parent()), lambda: self.visit(node.body))
+
+    def visit_ClassDef(self, node):
+        for child in [*node.decorator_list, *node.bases, *node.keywords]:
+            self.visit(child)
+        self._with_scope(Scope(node, self.scope), lambda: [self.visit(s) for s in node.body])
+
+    def _comprehension(self, node):
+        self._with_scope(Scope(node, self.scope), lambda: self.generic_visit(node))
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
+
+
+def _constant_getattr(node):
+    """(object, name) for `getattr(obj, "name")` or `getattr(obj, "name", default)`, else None."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) in (2, 3) and not node.keywords and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str) and node.args[1].value.isidentifier()):
+        return node.args[0], node.args[1].value
+    return None
+
+
+def _configurable(path: str) -> bool:
+    """Settings a notebook may change: torch's backend switches (cudnn, matmul precision)."""
+    return canonical(path).startswith("torch.backends")
+
+
+def _is_kernel_decorator(refs) -> bool:
+    for ref in refs:
+        if isinstance(ref, Path):
+            full = canonical(ref.dotted)
+            if full.startswith("triton") and full.rsplit(".", 1)[-1] in ("jit", "autotune", "heuristics"):
+                return True
+    return False
