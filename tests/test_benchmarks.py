@@ -41,3 +41,22 @@ def test_the_kernels_benchmark_counts_bytes_without_cuda():
         r"^(eager formula|TritonSiLU \(ours\))\s+(forward|forward \+ backward)\s+[\d,]+\s+([\d.]+)$", silu, re.M)}
     assert moved[("eager formula", "forward")] == 5.0 and moved[("TritonSiLU (ours)", "forward")] == 2.0, done.stdout
     assert moved[("TritonSiLU (ours)", "forward + backward")] == 5.0, done.stdout
+
+
+@pytest.mark.needs(isolation.available(), reason=f"kernels cannot be sandboxed here: {isolation.problem()}")
+@pytest.mark.skipif(os.geteuid() != 0, reason="control groups are made where the grader is root")
+@pytest.mark.timeout(900)
+def test_the_cpu_shares_benchmark_grades_the_honest_student_in_every_condition():
+    """One run of each condition (alone or beside a spinning neighbour, with and without the CPU limit):
+    the honest student is graded in each, and the neighbour's CPU use is counted where there is one."""
+    done = subprocess.run([sys.executable, "benchmarks/cpu_shares.py", "--quick"], cwd=course.ROOT,
+                          capture_output=True, text=True, timeout=840)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    said = done.stdout
+    assert re.search(r"^01_chain_rule, .*: \d+ cores, 1 worker\(s\), \d+ CPU\(s\) per kernel, 1 run\(s\) each$", said,
+                     re.M), said
+    seconds = r"median +\d+\.\d s \(min \d+\.\d to max \d+\.\d\); lost points in [01] of 1"
+    for condition in ("alone, CPU limit", "alone, no CPU limit"):
+        assert re.search(rf"^  {condition} +{seconds}$", said, re.M), said
+    for condition in ("4 spinners beside, CPU limit", "4 spinners beside, no CPU limit"):
+        assert re.search(rf"^  {condition} +{seconds}; neighbour's CPUs \d\.\d\d$", said, re.M), said
