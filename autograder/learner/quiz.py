@@ -13,7 +13,9 @@ call that answers it, naming the question by its number in its notebook (``q7``)
 could give the answer away: ``answer(notebook, 'q7', 'b')`` (the letter as shown to you),
 ``answer(notebook, 'q7', '2**-24')``, ``answer(notebook, 'q7', 'X.T @ dY')``, or for free recall
 ``answer(notebook, 'q7', 'your words')`` and then ``rate('good')``. Calls naming a question by its id
-still work, and so does ``rate(notebook, question, 'your words', 2)``.
+still work, and so does ``rate(notebook, question, 'your words', 2)``. A call that cannot be read (the
+placeholder left in, a letter that is not shown, a label that does not exist) prints why, never a
+traceback, and saves nothing.
 """
 import os
 
@@ -103,10 +105,22 @@ def plain_text(question: Question, number: int, review: str = "", note: str = ""
     return "\n".join(lines)
 
 
+def _not_read(err) -> None:
+    """What a plain-text call that cannot be read prints: the reason, not a traceback."""
+    print(f"Not read (nothing saved): {err.args[0] if err.args else err}.")
+
+
 def answer(notebook: str, question_id: str, response, review: str = "") -> None:
     """Plain-text answering of the question labelled `question_id` (``q7``; its id works too): the letter
     shown for a choice, a number or expression, a short answer, or your own words for a recall
-    question. Prints the feedback."""
+    question. Prints the feedback, or why the answer could not be read (then nothing is saved)."""
+    try:
+        _answer(notebook, question_id, response, review)
+    except (AnswerError, QuizFileError, KeyError) as err:
+        _not_read(err)
+
+
+def _answer(notebook, question_id, response, review):
     asked = find_question(notebook, question_id)
     if asked.kind == "choice":
         letter = str(response).strip().lower()
@@ -119,7 +133,7 @@ def answer(notebook: str, question_id: str, response, review: str = "") -> None:
     if asked.kind in ("numeric", "short"):
         print(check_typed(asked, str(response), review=review).text)
         return
-    if not str(response).strip():
+    if not str(response).strip() or str(response).strip().lower() in quiz_answers.PLACEHOLDERS:
         raise AnswerError("write your own answer first: the model answer is shown after it")
     _last_recall.update(question=asked, response=str(response), review=review)
     print(f"Model answer: {asked.answer}")
@@ -133,7 +147,14 @@ def rate(*given, review: str = "") -> None:
     """Rate your last free-recall answer: ``rate("good")`` ("again", "hard", "good", "easy", or 0 to 3).
 
     The first form still works: ``rate(notebook, question, your_answer, rating)`` (and a 5th argument,
-    the review)."""
+    the review). A rating that cannot be read prints why, and nothing is saved."""
+    try:
+        _rate(given, review)
+    except (AnswerError, QuizFileError, KeyError) as err:
+        _not_read(err)
+
+
+def _rate(given, review):
     if len(given) == 1:
         if not _last_recall:
             raise AnswerError("nothing to rate yet: answer a free-recall question with answer(...) first")
@@ -146,8 +167,8 @@ def rate(*given, review: str = "") -> None:
         if asked.kind != "recall":
             raise AnswerError(f"{question!r} is a {asked.kind} question: answer() judges it, nothing to rate")
     else:
-        raise TypeError("rate('good') rates your last free-recall answer; or rate(notebook, question, "
-                        "your_answer, rating)")
+        raise AnswerError("rate('good') rates your last free-recall answer; or rate(notebook, question, "
+                          "your_answer, rating)")
     rating = quiz_answers.read_rating(rating)
     rate_recall(asked, response, rating, review=review)
     print(f"Saved: {RATINGS[rating]}.")

@@ -3,20 +3,30 @@
 Widgets (``quiz_widgets``) and plain text (``quiz``) both go through here, so they judge alike:
 
 - ``numeric``: the typed text is a number or an arithmetic expression (numbers, ``+ - * / **``,
-  parentheses, ``sqrt``, ``exp``, ``log`` and ``pi``; ``2**-24``, ``3*4*8``, ``sqrt(4/3)``),
-  evaluated without ``eval``, and right when it is within the question's tolerance of the answer.
-  A trailing unit (``96 bytes``) is allowed.
+  parentheses, ``sqrt``, ``exp``, ``log`` (also ``ln``, ``log2``, ``log10``), ``pi`` and ``e``, each
+  also with ``math.`` in front; ``2**-24``, ``3*4*8``, ``sqrt(4/3)``, ``math.log(23)``) or a number
+  word (``zero`` to ``ten``), evaluated without ``eval``, and right when it is within the question's
+  tolerance of the answer (the tolerance its prompt states). A trailing unit (``96 bytes``) is allowed.
 - ``short``: right when it equals one of the accepted answers once both are lower-cased and stripped
   of all whitespace, backticks, surrounding quotes and a final period (for a True/False question,
-  yes and no count as true and false). A question with a ``value`` is judged by meaning too: the
-  typed text is read as a Python expression and right when its value equals the value's, on random
-  tensors of the question's ``variables`` (several draws) where it names any; so ``torch.mm(X.T, dY)``
-  and ``(dY.T @ X).T`` are ``X.T @ dY``, and ``[4, 4, 4]`` is ``tensor([4., 4., 4.])``.
+  yes and no count as true and false). A call of a named function counts as its name
+  (``gradgradcheck()``, ``torch.autograd.gradgradcheck(f, (x,))`` for ``gradgradcheck``). A question
+  with a ``value`` is judged by meaning too: the typed text (a number word read as its number) is read
+  as a Python expression and right when its value equals the value's, on random tensors of the
+  question's ``variables`` (several draws) where it names any; so ``torch.mm(X.T, dY)`` and
+  ``(dY.T @ X).T`` are ``X.T @ dY``, and ``[4, 4, 4]``, ``torch.full((3,), 4.)`` and
+  ``torch.ones(3) * 4`` are ``tensor([4., 4., 4.])``.
 - ``choice``: the options are shown in an order of their own for each learner and question
   (seeded by the learner's id in the progress file, so a re-run or another kernel shows the same
   order), and the answer is saved by the option's id, never by its position.
 - ``recall``: the learner writes an answer, sees the model answer, and rates their own recall.
 
+A ``derive`` question's feedback keeps its answer (the exercise after it asks for the formula): right
+or wrong, and for a wrong answer which path or term it leaves out (the question's ``misses``) or what
+to check (its ``retry``), never the right value nor the explanation, which could give the formula.
+
+The placeholder that plain text shows in an ``answer(...)`` call (``?``, ``...``, ``your answer``) is
+not an answer: it is refused with a message, as any text that cannot be read, and nothing is saved.
 Every attempt is saved (``progress_file.record``); one given in a later notebook's opening review
 also carries ``"review": <that notebook>``.
 
@@ -34,6 +44,7 @@ import inspect
 import math
 import operator
 import random
+import re
 import string
 import warnings
 
@@ -46,9 +57,13 @@ LETTERS = string.ascii_lowercase
 MAX_EXPRESSION_CHARS = 200
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
               ast.Pow: operator.pow, ast.USub: operator.neg, ast.UAdd: operator.pos}
-FUNCTIONS = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log}  # what a numeric answer may call
-CONSTANTS = {"pi": math.pi}
-_NUMERIC_PARTS = "numbers, + - * / ** and parentheses, sqrt, exp, log and pi"
+# what a numeric answer may call, and name (also as math.sqrt, math.pi, ...)
+FUNCTIONS = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log, "ln": math.log, "log2": math.log2,
+             "log10": math.log10}
+CONSTANTS = {"pi": math.pi, "e": math.e}
+NUMBER_WORDS = {w: float(n) for n, w in enumerate("zero one two three four five six seven eight nine ten".split())}
+PLACEHOLDERS = ("?", "...", "…", "your answer")  # what plain text shows in an answer(...) call, to be replaced
+_NUMERIC_PARTS = "numbers, + - * / ** and parentheses, sqrt, exp, log (ln), pi and e"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,19 +77,28 @@ class AnswerError(ValueError):
 
 
 # --- reading a number ---------------------------------------------------------------------------------
+def _math_name(node) -> str:
+    """'sqrt' for `sqrt` and for `math.sqrt`; '' for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "math":
+        return node.attr
+    return ""
+
+
 def _evaluate(node):
     if isinstance(node, ast.Expression):
         return _evaluate(node.body)
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return float(node.value)  # floats throughout: 9**9**9 overflows at once instead of running for hours
-    if isinstance(node, ast.Name) and node.id in CONSTANTS:
-        return CONSTANTS[node.id]
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS \
-            and not node.keywords and 1 <= len(node.args) <= (2 if node.func.id == "log" else 1):
+    if _math_name(node) in CONSTANTS:
+        return CONSTANTS[_math_name(node)]
+    name = _math_name(node.func) if isinstance(node, ast.Call) else ""
+    if name in FUNCTIONS and not node.keywords and 1 <= len(node.args) <= (2 if name == "log" else 1):
         try:
-            return float(FUNCTIONS[node.func.id](*map(_evaluate, node.args)))
+            return float(FUNCTIONS[name](*map(_evaluate, node.args)))
         except ValueError:
-            raise AnswerError(f"{ast.unparse(node)} is outside the domain of {node.func.id}") from None
+            raise AnswerError(f"{ast.unparse(node)} is outside the domain of {name}") from None
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
         return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
@@ -103,8 +127,10 @@ def _without_unit(text, unit):
 def read_number(text: str, unit: str = "") -> float:
     """The value of a typed number or arithmetic expression; AnswerError says what is wrong."""
     typed = _without_unit(text, unit)
-    if not typed:
-        raise AnswerError("type a number first")
+    if not typed or typed in PLACEHOLDERS:
+        raise AnswerError("type a number first" + (f", in place of {typed!r}" if typed else ""))
+    if normalise(typed) in NUMBER_WORDS:
+        return NUMBER_WORDS[normalise(typed)]
     if len(typed) > MAX_EXPRESSION_CHARS:
         raise AnswerError(f"an answer is at most {MAX_EXPRESSION_CHARS} characters")
     try:
@@ -142,7 +168,8 @@ CODE_DRAWS = 3  # random draws of the question's tensors; an answer must match o
 _CODE_OPERATORS = {**_OPERATORS, ast.MatMult: operator.matmul, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 _CODE_NODES = (ast.Expression, ast.Name, ast.Load, ast.Attribute, ast.Call, ast.keyword, ast.Subscript, ast.Slice,
                ast.BinOp, ast.UnaryOp, ast.Constant, ast.Tuple, ast.List, *_CODE_OPERATORS)
-_TORCH_EXTRAS = {"einsum", "tensordot", "tensor", "as_tensor", "Size", "stack", "cat", "zeros", "ones", "eye"}
+_TORCH_EXTRAS = {"einsum", "tensordot", "tensor", "as_tensor", "Size", "stack", "cat", "zeros", "ones", "eye", "full",
+                 "zeros_like", "ones_like", "full_like", "arange", "linspace"}
 _CODE_CONSTANTS = {"torch": torch, "tensor": torch.tensor, "nan": math.nan, "inf": math.inf}  # tensor, nan: as printed
 
 
@@ -310,11 +337,12 @@ def shown_answer(question: Question) -> str:
     return show_number(question.answer, within=bound / 2) if bound > 0 else repr(question.answer)
 
 
-def within(question: Question, value: float) -> bool:
-    """Whether `value` is within the question's tolerance of its answer (either bound suffices)."""
-    error = abs(value - question.answer)
-    return any(error <= (bound if kind == "abs" else bound * abs(question.answer))
-               for kind, bound in question.tolerance)
+def within(question: Question, value: float, target: float = None) -> bool:
+    """Whether `value` is within the question's tolerance of its answer, or of `target` (either bound
+    suffices)."""
+    target = question.answer if target is None else target
+    error = abs(value - target)
+    return any(error <= (bound if kind == "abs" else bound * abs(target)) for kind, bound in question.tolerance)
 
 
 def shown_choices(question: Question, learner: str = None) -> tuple:
@@ -362,6 +390,18 @@ def check_choice(question: Question, choice_id: str, review: str = "") -> Feedba
     return Feedback(chosen.correct, text)
 
 
+MISS_SLACK = 0.01  # a derive question's expected wrong answer, typed rounded (0.98 for 0.98449), is still named
+DEFAULT_RETRY = ("That is not what the derivation gives: follow every path from the input to the output, "
+                 "and check each factor along it and its sign.")
+
+
+def _derive_retry(question: Question, miss) -> str:
+    """A derive question's word to a wrong answer: what `miss` leaves out, or what to check; then try again."""
+    says = miss.says if miss else (question.retry or DEFAULT_RETRY)
+    check = ", or run the snippet to see the value" if question.code else ""
+    return f"{says} Try again{check}."
+
+
 def check_numeric(question: Question, typed: str, review: str = "") -> Feedback:
     """Feedback for a typed number or expression (AnswerError, not saved, if it cannot be read)."""
     value = read_number(typed, question.unit)
@@ -372,6 +412,10 @@ def check_numeric(question: Question, typed: str, review: str = "") -> Feedback:
     given = given + unit if expression == given else f"{expression} = {given}{unit}"
     if correct:
         text = f"Correct: {answer}. {question.why}"
+    elif question.section == "derive":
+        miss = next((m for m in question.misses if within(question, value, m.answer)
+                     or abs(value - m.answer) <= MISS_SLACK * abs(m.answer)), None)
+        text = f"Not yet: you gave {given}. {_derive_retry(question, miss)}"
     else:
         text = f"Not quite: you gave {given}; the answer is {answer}. {question.why}"
     _save(question, review, response=str(typed), value=value, correct=correct)
@@ -379,21 +423,49 @@ def check_numeric(question: Question, typed: str, review: str = "") -> Feedback:
 
 
 def judge_short(question: Question, typed: str) -> tuple:
-    """(right, why not) for a short answer: an accepted spelling, or (for a question with a value) an
-    expression with the same value. AnswerError if nothing was typed, or if code in the question's
-    variables is asked for and the text is not such code (``X^T dY`` is not Python; accept lists it)."""
-    if not normalise(typed):
-        raise AnswerError("type your answer first")
-    if _canonical(typed) in {_canonical(a) for a in question.accept}:
+    """(right, why not) for a short answer: an accepted spelling (or a call of an accepted function), or
+    (for a question with a value) an expression with the same value. AnswerError if nothing was typed,
+    or if code in the question's variables is asked for and the text is not such code (``X^T dY`` is not
+    Python; accept lists it)."""
+    shown = str(typed).strip().strip("`").strip()
+    if not normalise(typed) or shown.lower() in PLACEHOLDERS:
+        raise AnswerError("type your answer first" + (f", in place of {shown!r}" if shown else ""))
+    if _canonical(typed) in {_canonical(a) for a in question.accept} or _calls_an_accepted_function(question, typed):
         return True, ""
     if not question.value:
         return False, ""
+    if normalise(typed) in NUMBER_WORDS:
+        typed = repr(NUMBER_WORDS[normalise(typed)])
     try:
         return judge_value(question, typed)
     except AnswerError:
         if question.variables:
             raise  # code in the question's names is asked for: say what cannot be read, save nothing
         return False, ""  # a value, asked for in any words: words such as RuntimeError are an answer
+
+
+_NAMED_CALL = re.compile(r"([a-z_][\w.]*)(?:\(.*\))?")
+_MODULE_PATHS = {"torch", "autograd", "nn", "f", "func", "functional", "graph", "utils"}  # as normalise() spells them
+
+
+def _called_name(text: str) -> str:
+    """'torch.autograd.gradgradcheck' for `torch.autograd.gradgradcheck(f, (x,))` or `...gradgradcheck()`
+    or the bare name (lower case); '' when the text is no name nor a call of one."""
+    found = _NAMED_CALL.fullmatch(normalise(text))
+    return found[1] if found else ""
+
+
+def _same_function(one: str, other: str) -> bool:
+    """The same dotted name, or one with a torch module path in front of the other (autograd.gradgradcheck)."""
+    longer, shorter = sorted((one, other), key=len, reverse=True)
+    return one == other or (longer.endswith("." + shorter) and longer.split(".")[0] in _MODULE_PATHS)
+
+
+def _calls_an_accepted_function(question: Question, typed: str) -> bool:
+    """A call of a function the question accepts by name: `gradgradcheck()` where `gradgradcheck` counts."""
+    called = _called_name(typed)
+    return bool(called) and any(len(name) > 1 and _same_function(called, name)
+                                for name in map(_called_name, question.accept))
 
 
 def model_answer(question: Question) -> str:
@@ -404,9 +476,13 @@ def model_answer(question: Question) -> str:
 def check_short(question: Question, typed: str, review: str = "") -> Feedback:
     """Feedback for a typed short answer (AnswerError, not saved, if it cannot be read)."""
     correct, reason = judge_short(question, typed)
-    reason = f"{reason}; " if reason else ""
-    text = (f"Correct. {question.why}" if correct
-            else f"Not quite: {reason}the answer is `{model_answer(question)}`. {question.why}")
+    if correct:
+        text = f"Correct. {question.why}"
+    elif question.section == "derive":
+        miss = next((m for m in question.misses if _canonical(m.answer) == _canonical(typed)), None)
+        text = f"Not yet{f': {reason}' if reason else ''}. {_derive_retry(question, miss)}"
+    else:
+        text = f"Not quite: {f'{reason}; ' if reason else ''}the answer is `{model_answer(question)}`. {question.why}"
     _save(question, review, response=str(typed), correct=correct)
     return Feedback(correct, text)
 

@@ -4,13 +4,19 @@ A file has ``notebook:`` and ``sections:`` with exactly ``predict``, ``retrieve`
 ``concept_check``, in that order, each ``{title, questions}``, and optionally ``derive`` last:
 produced-answer questions shown one at a time just before an exercise (``show_question``), each
 asking for a key intermediate of the derivation, so that the learner commits to a derivation before
-writing code. Every question has an ``id`` (unique in the file), a ``kind``, a ``prompt``
-(Markdown), an optional ``code`` (a Python snippet shown above the prompt), a ``why`` (shown after
-an answer; a choice question has one per choice instead), and in ``retrieve`` a ``level`` (factual,
-conceptual or synthetic). The kinds:
+writing code. A derive question's feedback keeps the answer: a wrong answer is told which path or
+term it leaves out (``misses``: ``{answer, says}`` for the wrong answers a derivation that drops one
+gives) or else what to check (``retry``), never the formula nor the right value, which the
+exercise's last hint and its recap give. Every question has an ``id`` (unique in the file), a
+``kind``, a ``prompt`` (Markdown), an optional ``code`` (a Python snippet shown above the prompt), a
+``why`` (shown after an answer; a choice question has one per choice instead; a derive question's only
+after a right one), and in ``retrieve`` a ``level`` (factual, conceptual or synthetic). The kinds:
 
 - ``numeric`` (produced): ``answer`` (a number), ``tolerance: {abs: x}`` or ``{rel: x}`` (default
-  ``rel: 1e-6``), optional ``unit``;
+  ``rel: 1e-6``), optional ``unit``. The prompt states the tolerance in words the learner reads and
+  ``stated_tolerances`` reads back: "two decimals" (abs 0.005), "within 1%" (rel 0.01), "within
+  ±0.04" (abs 0.04), or "(exact)", "an exact count" (abs 1e-9: only the rounding of float
+  arithmetic); a test holds the two to each other;
 - ``short`` (produced): ``accept``, the answers that count (compared after lower-casing and removing
   whitespace, backticks, surrounding quotes and a final period), and/or ``value``, a Python expression
   whose value is the answer: then a typed expression with the same value is right too (judged by
@@ -41,9 +47,20 @@ PRODUCED = ("numeric", "short", "recall")
 KINDS = PRODUCED + ("choice",)
 RATINGS = ("again", "hard", "good", "easy")
 DEFAULT_TOLERANCE = {"rel": 1e-6}
+EXACT = {"abs": 1e-9}  # what "exact" means in a prompt: only the rounding of a typed expression's float arithmetic
 _COMMON = {"id", "kind", "prompt", "code", "why", "level"}
-_FIELDS = {"numeric": _COMMON | {"answer", "tolerance", "unit"}, "short": _COMMON | {"accept", "value", "variables"},
+_DERIVE_ONLY = {"misses", "retry"}
+_FIELDS = {"numeric": _COMMON | _DERIVE_ONLY | {"answer", "tolerance", "unit"},
+           "short": _COMMON | _DERIVE_ONLY | {"accept", "value", "variables"},
            "recall": _COMMON | {"answer"}, "choice": _COMMON | {"choices"}}
+_DIGITS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+_STATED = (  # (pattern, the tolerance a match states)
+    (re.compile(r"\b(one|two|three|four|five|six|[1-6]) decimals?\b", re.I),
+     lambda m: ("abs", 0.5 * 10.0 ** -(_DIGITS.get(m[1].lower()) or int(m[1])))),
+    (re.compile(r"\bwithin (\d+(?:\.\d+)?) ?%", re.I), lambda m: ("rel", float(m[1]) / 100)),
+    (re.compile(r"\bwithin ±(\d+(?:\.\d+)?(?:e-?\d+)?)", re.I), lambda m: ("abs", float(m[1]))),
+    (re.compile(r"\(exact\)|\bexact (?:answer|count|number|value)\b", re.I), lambda m: ("abs", EXACT["abs"])),
+)
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where built: a review reads every file
 
 
@@ -57,6 +74,13 @@ class Choice:
     text: str
     why: str
     correct: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Miss:
+    """A wrong answer a derive question expects, and what it leaves out (a path, a term; never the formula)."""
+    answer: object  # a number (numeric) or a text (short)
+    says: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +100,8 @@ class Question:
     accept: tuple = ()
     value: str = ""  # a short question's answer as a Python expression, judged by its value
     variables: tuple = ()  # ((name, shape), ...): the tensors `value` is computed from
+    misses: tuple = ()  # of Miss: a derive question's expected wrong answers
+    retry: str = ""  # a derive question's word to any other wrong answer: what to check
 
     @property
     def produced(self) -> bool:
@@ -151,6 +177,26 @@ def _tolerance(raw, where) -> tuple:
     return tuple(sorted(bounds.items()))
 
 
+def _misses(raw, kind, where) -> tuple:
+    misses = raw.get("misses", [])
+    if not isinstance(misses, list) or not all(isinstance(m, dict) and set(m) == {"answer", "says"} for m in misses):
+        raise QuizFileError(f"{where}: misses is a list of {{answer, says}}")
+    parsed = []
+    for m in misses:
+        answer = _number(m["answer"]) if kind == "numeric" else m["answer"]
+        if answer is None or not isinstance(m["says"], str) or not m["says"].strip() \
+                or (kind == "short" and not (isinstance(answer, str) and answer.strip())):
+            raise QuizFileError(f"{where}: a miss needs {'a number' if kind == 'numeric' else 'a text'} as its "
+                                "answer and says: what that answer leaves out")
+        parsed.append(Miss(answer, m["says"]))
+    return tuple(parsed)
+
+
+def stated_tolerances(prompt: str) -> list:
+    """The tolerances a prompt states, as (kind, bound): [("abs", 0.005)] for "Two decimals are enough"."""
+    return [state(m) for pattern, state in _STATED for m in pattern.finditer(prompt)]
+
+
 def parse_question(notebook: str, section: str, raw) -> Question:
     """One question of `notebook`'s `section`, checked against the schema (see the module doc)."""
     if not isinstance(raw, dict):
@@ -173,6 +219,10 @@ def parse_question(notebook: str, section: str, raw) -> Question:
     if section == "derive" and kind not in PRODUCED:
         raise QuizFileError(f"{where}: a derive question asks the learner to produce an answer "
                             f"({', '.join(PRODUCED)}), not to pick one")
+    if section != "derive" and set(raw) & _DERIVE_ONLY:
+        raise QuizFileError(f"{where}: misses and retry belong to derive questions only")
+    if kind in ("numeric", "short"):
+        fields.update(misses=_misses(raw, kind, where), retry=_text(raw, "retry", where, required=False))
     if kind == "choice":
         fields["choices"] = _choices(raw, where)
     elif kind == "numeric":
