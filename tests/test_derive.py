@@ -204,9 +204,10 @@ def answer_forms_of(question) -> list:
 
 
 def numbers_in(text: str) -> list:
-    """Every number written in `text` (an integer, a decimal, 1e-3, a fraction 2/9), as a float."""
+    """Every number written in `text` (an integer, a decimal, 1e-3, a fraction 2/9), as a float; an index (x₁,
+    x̂₁, x_1) is not a number."""
     values = []
-    for token in NUMBER.findall(unicodedata.normalize("NFKC", text).replace("−", "-")):
+    for token in NUMBER.findall(unicodedata.normalize("NFKC", INDEX.sub("", text)).replace("−", "-")):
         top, _, bottom = token.partition("/")
         values.append(float(top) / float(bottom) if bottom and float(bottom) else float(top))
     return values

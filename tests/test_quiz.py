@@ -139,8 +139,8 @@ def test_a_derive_question_names_the_missing_path_and_keeps_the_answer(private_p
     ("06_checkpointing", "hook-api", ["torch.autograd.graph.saved_tensors_hooks(pack, unpack)",
                                       "graph.saved_tensors_hooks()"], ["saved_tensors()", "hooks()"]),
     ("06_checkpointing", "tanh-saves-output", ["y", "the output"], ["y(x)", "x"]),
-    ("03_vjp", "why-unbroadcast-sums", ["torch.full((3,), 4.)", "torch.ones(3) * 4", "4 * torch.ones_like(torch.ones(3))",
-                                        "torch.tensor([4., 4., 4.])", "torch.arange(3) * 0 + 4"],
+    ("03_vjp", "why-unbroadcast-sums", ["torch.full((3,), 4.)", "torch.ones(3) * 4", "torch.tensor([4., 4., 4.])",
+                                        "4 * torch.ones_like(torch.ones(3))", "torch.arange(3) * 0 + 4"],
      ["torch.full((3,), 1.)", "torch.full((4,), 4.)", "torch.arange(3)"]),
     ("07_by_hand", "batch-of-one-xhat", ["zero", "Zero.", "0"], ["one", "ten"]),
 ])
