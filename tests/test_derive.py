@@ -293,7 +293,7 @@ def test_the_derive_feedback_check_finds_the_old_feedback(private_progress):
     matmul = quiz_schema.find_question("03_vjp", "matmul-broadcast-entry")
     assert gives_away(matmul, "for one pair of matrices it is g Bᵀ, summed", answer_forms_of(matmul))
     assert not gives_away(matmul, "that gives a sum over the batch", answer_forms_of(matmul))
-    assert numbers_in("x₀ = 2/9, −0.5 and 1e-3 (not 2x)") == [2 / 9, -0.5, 1e-3]
+    assert numbers_in("x₀ = 2/9, −0.5 and 1e-3 (not 2x, x̂₁ nor x_1)") == [2 / 9, -0.5, 1e-3]
 
 
 # --- no worked example of the graded function itself ---------------------------------------------------------------
