@@ -141,6 +141,9 @@ TOP_LEVEL_ATTACKS = [
     ("01_chain_rule", "%run helper.py", r"runs the magic %run"),
     ("01_chain_rule", "import dataclasses\n@dataclasses.dataclass\nclass Record:\n"
      "    __module__ = 'autograder.no_such_module'", r"sets a class's __module__"),
+    ("09_kernels", "from torch.utils._python_dispatch import _disable_current_modes",
+     r"reaches torch\.utils\._python_dispatch, a private part of torch"),
+    ("01_chain_rule", "try:\n    import ctypes\nexcept ImportError:\n    pass", r"uses ctypes"),
     ("09_kernels", "from autograder.checks import kernels as kc\nkc.guard.run_guarded = lambda *a, **k: None",
      r"changes autograder\.checks\.kernels\.guard\.run_guarded"),
 ]

@@ -101,6 +101,10 @@ def test_instructor_workflow_scores_submissions(name, tmp_path):
         "deleted_test": (submission(released, {k: v for k, v in perfect.items() if k != victim}, delete_test=victim),
                          total - points[victim]),
     }
+    if name == "01_chain_rule":  # the by-hand judge holds in plain nbgrader too (nbgrader_config.py: ByHandRules)
+        around = f"{perfect[victim]}\n\n\ndef {victim}(*args, mine={victim}):\n    torch.autograd.grad\n" \
+                 "    return mine(*args)"
+        students["breaks_the_rule"] = (submission(released, {**perfect, victim: around}), total - points[victim])
     for student, (nb, _) in students.items():
         folder = tmp_path / "submitted" / student / name
         folder.mkdir(parents=True)
@@ -116,6 +120,9 @@ def test_instructor_workflow_scores_submissions(name, tmp_path):
     with open(tmp_path / "grades.csv") as f:
         scores = {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
     assert scores == {student: float(expected) for student, (_, expected) in students.items()}
+    if "breaks_the_rule" in students:
+        ruled = page_text(tmp_path / "feedback" / "breaks_the_rule" / name / f"{name}.html")
+        assert f"ByHandRule: {victim}: cell" in ruled and "reaches torch.autograd.grad" in ruled
     feedback = page_text(tmp_path / "feedback" / "one_wrong" / name / f"{name}.html")
     assert f"GradingError: {victim}:" in feedback, "the feedback must show why the exercise failed"
     secrets = hidden_lines(solution, course.read(released))

@@ -1,7 +1,12 @@
 """The trusted-grading boundary: only data comes back from the kernel, and what a call changed
 in the grader's models, optimizers and tensors is carried back to them."""
+import errno
 import io
+import json
 import os
+import pathlib
+import pickle
+import tempfile
 import zipfile
 
 import mutation
@@ -146,6 +151,99 @@ def test_an_exchange_file_planted_in_advance_is_refused(monkeypatch, tmp_path):
     finally:
         exchange.remove()
     assert not exchange.folder.exists()
+
+
+def test_a_complex_number_comes_back_whatever_the_pickle_protocol_names_it():
+    """torch.save pickles with protocol 2, which names `__builtin__ complex`; protocol 3 names
+    `builtins complex` (later ones build names on the stack, which is refused)."""
+    for protocol in (2, 3):
+        trusted.check_pickle(pickle.dumps([1 + 2j], protocol=protocol))
+    exchange = isolation.Exchange()
+    try:
+        remote = mutation.Loopback({"rotate": lambda z: z * 1j}, exchange)
+        assert remote.call("rotate", boundary.StudentName("rotate"), [1 + 2j], {}) == -2 + 1j
+    finally:
+        exchange.remove()
+
+
+def as_the_kernel(uid, folder, request, answer, to_kernel, from_kernel):
+    """In a forked child, as the kernel's user: keep the answer file open; once the grader has unlinked it
+    (a line on `to_kernel`), fill it and try the grader's side; report on `from_kernel`."""
+    said = {}
+
+    def attempt(label, fn):
+        try:
+            fn()
+            said[label] = "done"
+        except OSError as err:
+            said[label] = errno.errorcode[err.errno]
+
+    def fill():
+        while True:
+            held.write(bytes(2**20))
+            held.flush()
+
+    try:
+        os.setgroups([]), os.setgid(uid), os.setuid(uid)
+        held = open(answer, "ab")
+        os.write(from_kernel, b"holding\n")
+        os.read(to_kernel, 1)
+        attempt("fill the unlinked answer", fill)
+        attempt("list the folder", lambda: os.listdir(folder))
+        attempt("list the answers", lambda: os.listdir(folder / "answers"))
+        attempt("write a request", lambda: open(request, "ab").write(b"x"))
+        attempt("make a file beside the requests", lambda: open(folder / "mine", "xb"))
+        attempt("remove a request", lambda: os.unlink(request))
+        os.write(from_kernel, json.dumps(said).encode() + b"\n")
+        os.read(to_kernel, 1)  # held until the grader has written
+    finally:
+        os._exit(0)
+
+
+def read_line(fd) -> str:
+    line = b""
+    while not line.endswith(b"\n") and (got := os.read(fd, 4096)):
+        line += got
+    return line.decode()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives a kernel a user of its own and a tmpfs per side")
+def test_a_kernel_can_neither_write_nor_fill_the_graders_side_of_the_exchange(monkeypatch):
+    """An answer that kept its file open after the grader unlinked it, and grew it until the exchange was
+    full, once made the grader's next request fail (ENOSPC): the grader's failure, not the submission's."""
+    tmp_path = pathlib.Path(tempfile.mkdtemp())  # where the kernel's user may pass, as bwrap's folders above
+    tmp_path.chmod(0o755)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    uid = isolation.fresh_uid()
+    exchange = isolation.Exchange(uid, size_mb=8)
+    try:
+        request, answer = exchange.new_file(".in", b"call"), exchange.new_file(".out", for_kernel=True)
+        (to_kernel, go), (reply, from_kernel) = os.pipe(), os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            as_the_kernel(uid, exchange.folder, request, answer, to_kernel, from_kernel)
+        os.close(to_kernel), os.close(from_kernel)
+        try:
+            assert read_line(reply) == "holding\n"
+            answer.unlink()
+            os.write(go, b"\n")
+            said = json.loads(read_line(reply))
+            assert said == {"fill the unlinked answer": "ENOSPC", "list the folder": "EACCES",
+                            "list the answers": "EACCES", "write a request": "EACCES",
+                            "make a file beside the requests": "EACCES", "remove a request": "EACCES"}
+            assert exchange.new_file(".in", bytes(4 * 2**20)).stat().st_size == 4 * 2**20  # the grader's side
+            assert exchange.new_file(".out", for_kernel=True).stat().st_uid == uid  # an empty answer file, still
+            with pytest.raises(OSError, match="No space left"):
+                exchange.new_file(".out", b"x" * 2**20, for_kernel=True)  # the answers are full
+            assert request.read_bytes() == b"call"
+        finally:
+            os.write(go, b"\n")
+            os.close(go), os.close(reply)
+            os.waitpid(pid, 0)
+    finally:
+        exchange.remove()
+    assert list(tmp_path.iterdir()) == [] and str(tmp_path) not in pathlib.Path("/proc/self/mounts").read_text()
+    tmp_path.rmdir()
 
 
 def test_numpy_numbers_come_back_as_plain_numbers():

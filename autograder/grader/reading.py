@@ -51,8 +51,8 @@ DENIED_ATTRIBUTES = {
               "TracebackType", "new_class", "BuiltinFunctionType", "GeneratorType", "coroutine"},
     "operator": {"attrgetter", "methodcaller"},
 }
-# Private names that are a public API in all but name (PyTorch's own reentrant checkpoint asks this one).
-ALLOWED_PRIVATE = {"torch.autograd._is_checkpoint_valid"}
+# Private names that are a public API in all but name (PyTorch's own reentrant checkpoint asks the first).
+ALLOWED_PRIVATE = {"torch.autograd._is_checkpoint_valid", "os._exit"}
 # Built-in functions that reach objects by computed names, or run strings as code.
 REFLECTIVE_BUILTINS = {"getattr", "setattr", "delattr", "vars", "globals", "locals", "eval", "exec", "compile",
                        "__import__", "breakpoint", "__build_class__"}
@@ -442,12 +442,20 @@ class Reader(ast.NodeVisitor):
             for node in [*statement.decorator_list, *statement.bases, *statement.keywords]:
                 self.visit(node)
             self._with_scope(Scope(statement, self.scope), lambda: [self._run_at_top(s) for s in statement.body])
-        else:
+        elif nested_statements(statement):  # if, for, while, with, try: its blocks run at this level too
             for child in ast.iter_child_nodes(statement):
                 if isinstance(child, ast.stmt):
                     self._run_at_top(child)
+                elif isinstance(child, (ast.excepthandler, ast.match_case)):
+                    for part in ast.iter_child_nodes(child):
+                        if isinstance(part, ast.stmt):
+                            self._run_at_top(part)
+                        else:
+                            self.visit(part)
                 else:
                     self.visit(child)
+        else:
+            self.visit(statement)
 
     def _with_scope(self, scope, work):
         saved = self.scope
