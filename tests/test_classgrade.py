@@ -261,6 +261,61 @@ INTRUDERS = {
         "        torch.relu(leaf).sum().backward()\n"
         "    return leaf.grad", 12, None),
 }
+# What a kernel sends its grader or leaves in the exchange folder: each of these made the grading worker fail
+# (the submission "not graded", never its own 0) in a class run. student -> (relu_grad's cell, expected total,
+# what relu_grad's message must match).
+MESSAGE_ATTACKS = {
+    "sends_a_message_twice": (  # jupyter_client's session refused the copy with a ValueError out of nbclient
+        "from IPython import get_ipython\n"
+        "def relu_grad(x):\n"
+        "    _k = get_ipython().kernel\n"
+        "    m = _k.session.msg('stream', {'name': 'stdout', 'text': 'x'})\n"
+        "    _k.session.send(_k.iopub_socket, m)\n"
+        "    _k.session.send(_k.iopub_socket, m)\n"
+        "    return (x > 0).to(x.dtype)", 11,
+        r"MessageFault: the kernel sent a message the grader cannot read \(ValueError: Duplicate Signature"),
+    "sends_100_frames_of_30_mb": (  # each frame under ZMQ's per-frame limit: 3 GB assembled in the worker
+        "from IPython import get_ipython\n"
+        "def relu_grad(x):\n"
+        "    _k = get_ipython().kernel\n"
+        "    big = memoryview(bytes(30 * 2**20))\n"
+        "    _k.session.send(_k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'x'}, buffers=[big] * 100)\n"
+        "    return (x > 0).to(x.dtype)", 11,
+        f"MessageFault: the kernel sent a message of more than {isolation.MESSAGE_BYTES:,} bytes"),
+    # It keeps each call's answer file open (named in the cell that serves the call) and, from its third call,
+    # a thread grows those the grader has unlinked, taking whatever space the grader frees, until the next
+    # call is served: that call's request is written while the answers are full (once in the same tmpfs:
+    # ENOSPC, and the worker failed).
+    "fills_the_answers_it_was_given": (
+        "import errno, re, threading\n"
+        "from IPython import get_ipython\n"
+        "held, full, done, filling = [], threading.Event(), threading.Event(), []\n"
+        "def fill():\n"
+        "    while not done.is_set():\n"
+        "        for f in held[:-1]:  # unlinked by the grader, still open here\n"
+        "            try:\n"
+        "                f.write(bytes(4096))\n"
+        "            except OSError as err:\n"
+        "                if err.errno == errno.ENOSPC:\n"
+        "                    full.set()\n"
+        "def hold(info):\n"
+        "    answer = re.findall(r\"'([^']+[.]out)'\", info.raw_cell)\n"
+        "    if answer and full.is_set():\n"
+        "        done.set()\n"
+        "        filling[0].join()\n"
+        "        get_ipython().events.unregister('pre_run_cell', hold)\n"
+        "        for f in held:\n"
+        "            f.close()\n"
+        "    elif answer:\n"
+        "        held.append(open(answer[0], 'ab', buffering=0))\n"
+        "get_ipython().events.register('pre_run_cell', hold)\n"
+        "def relu_grad(x):\n"
+        "    if len(held) > 2 and not filling:\n"
+        "        filling.append(threading.Thread(target=fill, daemon=True))\n"
+        "        filling[0].start()\n"
+        "        full.wait()\n"
+        "    return (x > 0).to(x.dtype)", 11, r"no readable answer came back from your notebook \(it wrote nothing\)"),
+}
 ISOLATED = isolation.available()  # bubblewrap starts here (as root, or in a user namespace)
 NO_SANDBOX = f"kernels cannot be sandboxed here, and grading stops without a sandbox: {isolation.problem()}"
 SANDBOXED = pytest.mark.needs(ISOLATED, reason=NO_SANDBOX)
@@ -493,7 +548,7 @@ def graded(tmp_path_factory):
     for student, (cell, _) in ANSWERS.items():
         answers = {} if student == "blank" else {**perfect, VICTIM: cell} if cell else perfect
         place(root, student, submission(released, answers))
-    for student, (cell, _, _) in INTRUDERS.items():
+    for student, (cell, _, _) in {**INTRUDERS, **MESSAGE_ATTACKS}.items():
         attack = cell.replace("{root}", str(root)).replace("{token}", token)
         place(root, student, submission(released, {**perfect, VICTIM: attack}))
     for student, (how, cell, _, _) in EDITS.items():
@@ -532,7 +587,7 @@ def graded(tmp_path_factory):
 
 
 def expected_totals(result):
-    expected = {s: float(v[1]) for s, v in {**ANSWERS, **INTRUDERS}.items()}
+    expected = {s: float(v[1]) for s, v in {**ANSWERS, **INTRUDERS, **MESSAGE_ATTACKS}.items()}
     expected |= {s: float(v[2]) for s, v in EDITS.items()}
     expected |= {s: 0.0 for s in BROKEN}
     expected |= {result.zip_ids[z]: float(score) for z, (score, _) in ZIPS.items()}
@@ -685,6 +740,13 @@ def test_each_intruder_fails_with_what_it_met_and_changes_nothing(graded):
     assert (root / "gradebook.db").stat().st_size > 0
     perfect = nbformat.read(root / "submitted" / "perfect" / NAME / f"{NAME}.ipynb", as_version=4)
     assert course.solution_cells(perfect)
+
+
+def test_what_a_kernel_sends_or_leaves_in_its_answers_is_its_own_zero(graded):
+    messages = {(r["student"], r["exercise"]): r["message"] for r in classgrade.scores(graded.root, [NAME])}
+    for student, (_, _, pattern) in MESSAGE_ATTACKS.items():
+        assert graded.result.outcomes[(student, NAME)].graded, student
+        assert re.search(pattern, messages[(student, VICTIM)]), (student, messages[(student, VICTIM)])
 
 
 def test_nothing_a_submission_started_runs_or_stays_after_grading(graded):

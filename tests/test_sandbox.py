@@ -13,6 +13,7 @@ import pathlib
 import secrets
 import socket
 import sys
+import threading
 import time
 
 import course
@@ -20,7 +21,7 @@ import nbformat
 import psutil
 import pytest
 
-from autograder.grader import bubblewrap, isolation
+from autograder.grader import bubblewrap, isolation, relay
 from autograder.grader.sandbox import DEFAULT_LIMITS, MESSAGE_CHARS, Limits, run_notebook
 
 PROBLEM = isolation.problem()
@@ -325,6 +326,115 @@ def test_the_submission_limit_counts_the_replay_after_a_kernel_death():
     assert problems == [(1, "the cell ended the Python process (os._exit, a crash, a signal, or its CPU time ran out)"),
                         (2, "not run: the submission used its whole 10 s")]
     assert errors(nb.cells[2]) == ["SubmissionTimeLimit: not run: the submission used its whole 10 s"]
+
+
+# What a kernel sends over its connection (the duplicate and the 100 frames of 30 MB were seen in a class run:
+# each made the grading worker fail, instead of that cell).
+DUPLICATED = ("_k = get_ipython().kernel\nm = _k.session.msg('stream', {'name': 'stdout', 'text': 'x'})\n"
+              "_k.session.send(_k.iopub_socket, m)\n_k.session.send(_k.iopub_socket, m)")
+MALFORMED = ("_k = get_ipython().kernel\n"  # signed, for the running cell, but no stream has no name
+             "_k.session.send(_k.iopub_socket, 'stream', {'text': 'x'}, parent=_k.get_parent())")
+HUGE = ("_k = get_ipython().kernel\nbig = memoryview(bytes(30 * 2**20))\n"
+        "_k.session.send(_k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'x'}, buffers=[big] * 100)")
+
+
+def test_what_a_kernel_sends_fails_only_its_own_cell_and_the_kernel_is_replaced():
+    nb = notebook("x = 41", DUPLICATED, "print('after', x + 1)", MALFORMED, "print('still', x)", HUGE,
+                  "print('graded on', x)")
+    problems = run_notebook(nb, Limits(cell_seconds=60))
+    assert [index for index, _ in problems] == [1, 3, 5]
+    [duplicated], [malformed], [huge] = errors(nb.cells[1]), errors(nb.cells[3]), errors(nb.cells[5])
+    assert duplicated.startswith("MessageFault: the kernel sent a message the grader cannot read (ValueError: "
+                                 "Duplicate Signature: b'")
+    assert text(nb.cells[1]).count("x") <= 1, "the copy is never read"
+    assert malformed == ("MessageFault: the grader could not handle a message from the kernel (KeyError: 'name'); "
+                         "the kernel was replaced")
+    assert huge == (f"MessageFault: the kernel sent a message of more than {isolation.MESSAGE_BYTES:,} bytes (all its "
+                    "frames together) on its iopub channel, and its connection was cut; the kernel was replaced")
+    assert [text(nb.cells[i]) for i in (2, 4, 6)] == ["after 42\n", "still 41\n", "graded on 41\n"]
+
+
+GREETING = b"\xff" + bytes(8) + b"\x7f" + bytes([3, 1]) + b"NULL".ljust(20, b"\0") + bytes(32)
+
+
+def frame(body, more=False, command=False, size=None):
+    """One ZMTP 3 frame: flags, a 1- or 8-byte size (`size`: what the header claims), the body."""
+    size = len(body) if size is None else size
+    flags = relay.MORE * more | relay.COMMAND * command | relay.LONG * (size > 255)
+    return bytes([flags]) + size.to_bytes(8 if size > 255 else 1, "big") + body
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_the_relay_cuts_a_message_whose_frames_together_pass_the_limit(chunk):
+    """Whatever the chunks the bytes arrive in: one byte at a time as well as many frames at once."""
+    def feed(meter, data):
+        for at in range(0, len(data), chunk):
+            meter.feed(data[at:at + chunk])
+
+    meter = relay.Meter(limit=1000)
+    feed(meter, GREETING + frame(bytes(600), more=True) + frame(bytes(400)))  # exactly the limit
+    feed(meter, frame(bytes(1000)) + frame(b"READY", command=True) + frame(bytes(1000), command=True))
+    with pytest.raises(relay.Cut, match="a message of more than 1,000 bytes"):
+        feed(meter, frame(bytes(600), more=True) + frame(bytes(401)))
+    many = relay.Meter(limit=1000)
+    with pytest.raises(relay.Cut, match="more than 1,000 bytes"):
+        feed(many, GREETING + frame(b"x", more=True) * 1000 + frame(b"x"))
+    for claim in (1001, 2**63, 2**64 - 1):  # the size a header claims is counted before any of it comes
+        with pytest.raises(relay.Cut, match="more than 1,000 bytes"):
+            feed(relay.Meter(limit=1000), GREETING + frame(b"", size=claim))
+    for garbage in (b"GET / HTTP/1.1\r\n", GREETING[:10] + bytes([2]), GREETING + bytes([0x08, 0]),
+                    GREETING + bytes([relay.COMMAND | relay.MORE, 0])):
+        with pytest.raises(relay.Cut, match="not ZMTP 3"):
+            feed(relay.Meter(limit=1000), garbage)
+
+
+def receive(end, count) -> bytes:
+    data = b""
+    while len(data) < count:
+        got = end.recv(count - len(data))
+        if not got:
+            break
+        data += got
+    return data
+
+
+def test_the_relay_carries_each_connection_apart_and_cuts_only_the_one_that_passes_its_limit(tmp_path):
+    kernel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    kernel.bind(f"{tmp_path}/kernel-7")
+    kernel.listen(16)
+    kernel.settimeout(30)
+    carrier = relay.Relay(tmp_path, f"{tmp_path}/kernel", {"iopub": (7, 1000)})
+    try:
+        graders, kernels = [], []
+        for _ in range(2):
+            graders.append(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+            graders[-1].settimeout(30)
+            graders[-1].connect(f"{carrier.address}-7")
+            kernels.append(kernel.accept()[0])  # the relay connects to the kernel as the grader connects to it
+        for i, (grader, end) in enumerate(zip(graders, kernels)):
+            grader.sendall(b"subscribe %d" % i)
+            assert receive(end, 11) == b"subscribe %d" % i
+            end.sendall(GREETING + frame(bytes([i]) * 999, more=True))
+            assert receive(grader, 64 + 9 + 999) == GREETING + frame(bytes([i]) * 999, more=True)
+        kernels[1].sendall(frame(b"xy"))  # the message's 1,001st byte: never reaches the grader
+        assert graders[1].recv(100) == b""
+        assert carrier.faults == ["the kernel sent a message of more than 1,000 bytes (all its frames together) on "
+                                  "its iopub channel, and its connection was cut"]
+        kernels[0].sendall(frame(b"x"))  # the other connection goes on
+        assert receive(graders[0], 3) == frame(b"x")
+        extra = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(relay.CONNECTIONS)]
+        for end in extra:
+            end.settimeout(30)
+            end.connect(f"{carrier.address}-7")
+        assert extra[-1].recv(1) == b"", f"at most {relay.CONNECTIONS} connections per channel"
+        kernels[0].close()  # the kernel ends: so does the grader's connection
+        assert graders[0].recv(1) == b""
+    finally:
+        carrier.close()
+    assert [t for t in threading.enumerate() if t.name == f"relay to {tmp_path}/kernel"] == []
+    with pytest.raises(ConnectionRefusedError):
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(f"{carrier.address}-7")
+    carrier.close()  # again: nothing
 
 
 def test_without_a_sandbox_grading_stops_unless_asked_explicitly(monkeypatch, capsys):

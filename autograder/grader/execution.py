@@ -14,13 +14,16 @@ from nbclient.util import run_sync
 POLL_SLICE_S = 0.25
 
 
-def poll_in_slices(channel) -> None:
-    """Replace `channel.get_msg` by one that polls in short slices up to the same timeout."""
+def poll_in_slices(channel, check=None) -> None:
+    """Replace `channel.get_msg` by one that polls in short slices up to the same timeout, calling
+    `check` (which may raise, to end the wait) before each slice."""
     get_msg = channel.get_msg
 
     async def sliced_get_msg(timeout=None):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            if check is not None:
+                check()
             remaining = POLL_SLICE_S if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 return await get_msg(timeout=min(POLL_SLICE_S, remaining))
@@ -32,11 +35,15 @@ def poll_in_slices(channel) -> None:
 
 
 class SteadyClientMixin:
-    """For any NotebookClient subclass: its kernel client polls the shell channel in slices."""
+    """For any NotebookClient subclass: its kernel client polls the shell channel in slices, calling
+    `connection_check` before each."""
+
+    def connection_check(self) -> None:
+        """Before each slice of a poll for a reply: a subclass raises here to end the cell."""
 
     async def async_start_new_kernel_client(self):
         kc = await super().async_start_new_kernel_client()
-        poll_in_slices(kc.shell_channel)
+        poll_in_slices(kc.shell_channel, self.connection_check)
         return kc
 
     # nbclient binds its synchronous version (used by `setup_kernel`) to its own coroutine at class

@@ -4,9 +4,11 @@ A `Sandbox` is one kernel's world (built by `autograder.grader.bubblewrap`): a u
 (a fresh uid when the grader is root), an allow-listed environment and filesystem, no network,
 and one folder it shares with the grader (`Exchange`): the kernel's connection file, the Unix
 sockets it talks through (Jupyter's IPC transport: there is no network inside) and the files of
-trusted-grading calls. The grader owns that folder; the kernel may write only the files made
-for it and its socket folder. `SandboxedKernelManager` starts a kernel in a sandbox; when the
-kernel ends, everything it started ends with it, and `Sandbox.leftovers` checks that.
+trusted-grading calls. The grader owns that folder; the kernel may write only its answers and its
+socket folder, each a tmpfs of its own, so that nothing it writes can fill the grader's side.
+`SandboxedKernelManager` starts a kernel in a sandbox and reaches its sockets through a relay
+(`autograder.grader.relay`) that bounds each message; when the kernel ends, everything it started
+ends with it, and `Sandbox.leftovers` checks that.
 
 Where no sandbox can start (not Linux, no bubblewrap, user namespaces refused), grading stops
 and says why (`require`), unless the instructor accepts unsandboxed grading explicitly.
@@ -26,7 +28,7 @@ import psutil
 import zmq
 from jupyter_client.manager import AsyncKernelManager
 
-from autograder.grader import bubblewrap, seccomp
+from autograder.grader import bubblewrap, relay, seccomp
 from autograder.grader.cgroup import Cgroup
 
 # Top-level entries of a course directory that a kernel must never reach (none is on the sandbox's
@@ -35,11 +37,19 @@ SECRETS = ("solutions", "source", "submitted", "autograded", "feedback", "report
            "gradebook.db", "grades.csv")
 FIRST_UID, LAST_UID = 1_000_000, 2_000_000_000  # far above any real account's id
 HOME = f"/home/{bubblewrap.SANDBOX_USER}"  # the kernel's working folder, inside its sandbox
-# An exchange folder's size, where the grader can mount one (as root): the largest answer a kernel may
-# write (checks.boundary.Bounds.file_bytes, 256 MiB) and its sockets; a kernel once wrote 2,000 MB to an
-# uncapped folder on the host's /tmp in 9 s.
-EXCHANGE_MB = 272
-IPC_MB = 16  # the kernel's own part of it (its sockets): a flood there cannot fill the grader's part
+# The size of each side of an exchange folder, where the grader can mount a tmpfs per side (as root): the
+# grader's (requests, connection file), which the kernel can only read, and the kernel's answers, the largest
+# of which is its file size limit (256 MiB, as checks.boundary.Bounds.file_bytes). A kernel once wrote
+# 2,000 MB to an uncapped folder on the host's /tmp in 9 s; another grew an answer the grader had unlinked
+# until the grader's next request found no space, when requests and answers shared one tmpfs.
+EXCHANGE_MB = 257
+IPC_MB = 16  # the kernel's sockets: a tmpfs of their own too
+# What the kernel can make the grader hold: each of the grader's sockets queues at most this many messages
+# (ZMQ's receive high-water mark), each at most the manager's `message_bytes` on shell and IOPub, and at most
+# SMALL_MESSAGE_BYTES on stdin, control and heartbeat (small replies, some of which nothing reads).
+QUEUED_MESSAGES = 4
+MESSAGE_BYTES = 32 * 2**20
+SMALL_MESSAGE_BYTES = 2**20
 # The grader's variables a kernel may see (everything else, tokens and passwords included, stays out).
 PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "COURSE_DEVICE", "COURSE_PLAIN_QUIZ", "CUDA_VISIBLE_DEVICES",
                   "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
@@ -123,24 +133,33 @@ class Exchange:
     Names are random and files are created with O_EXCL | O_NOFOLLOW, so nothing a kernel prepares
     can redirect a write of the grader's; the grader reads what a kernel wrote with bounds
     (`autograder.grader.trusted.read_answer`). With `uid` (the kernel's user, when the grader is
-    root) the kernel may open the folder but not list or change it, and write only its own files.
+    root) the kernel may open the folder but not list or change it, and write only its answers
+    (`answers`, where files made `for_kernel` go) and its sockets (`sockets`). Where the grader can
+    mount (`capped`), the folder, `answers` and `sockets` are each a tmpfs of their own (`size_mb`,
+    `size_mb`, IPC_MB): a kernel that fills its answers, even through a file the grader has unlinked,
+    fails only its own later answers, never a request. `private`: the grader's own folder, outside
+    the sandbox (the relay's sockets).
     """
 
     def __init__(self, uid=None, size_mb=EXCHANGE_MB):
         self.uid = uid
         self.folder = pathlib.Path(tempfile.mkdtemp(prefix="course-sandbox-"))
+        self.private = pathlib.Path(tempfile.mkdtemp(prefix="course-grader-"))
         self.capped = mount_tmpfs(self.folder, size_mb)  # as root: what a kernel writes here is bounded
         self.folder.chmod(0o711 if uid is not None else 0o700)
-        self.sockets = self.folder / "ipc"
-        self.sockets.mkdir(mode=0o700)
-        if self.capped:
-            mount_tmpfs(self.sockets, IPC_MB)
+        self.answers, self.sockets = self.folder / "answers", self.folder / "ipc"
+        for side, side_mb in ((self.answers, size_mb), (self.sockets, IPC_MB)):
+            side.mkdir(mode=0o700)
+            if self.capped:
+                mount_tmpfs(side, side_mb)
         if uid is not None:
+            self.answers.chmod(0o711)
             os.chown(self.sockets, uid, uid)
+        self.relay = None  # set by the kernel's manager; closed with the folder
 
     def new_file(self, suffix, data=b"", for_kernel=False, name=None) -> pathlib.Path:
-        """A new file with `data`; `for_kernel`: owned by the kernel's user, so it can write it."""
-        path = self.folder / (name or f"{secrets.token_hex(16)}{suffix}")
+        """A new file with `data`; `for_kernel`: among the answers, owned by the kernel's user, so it can write it."""
+        path = (self.answers if for_kernel else self.folder) / (name or f"{secrets.token_hex(16)}{suffix}")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -149,7 +168,10 @@ class Exchange:
         return path
 
     def remove(self):
+        if self.relay is not None:
+            self.relay.close()
         remove_folder(self.folder)
+        shutil.rmtree(self.private, ignore_errors=True)
 
 
 def mount_tmpfs(folder: pathlib.Path, size_mb: int) -> bool:
@@ -269,31 +291,48 @@ class Sandbox:
 
 class SandboxedKernelManager(AsyncKernelManager):
     """A kernel manager whose kernel starts in `sandbox` and talks through Unix sockets there.
-    Its clients drop (never read) a kernel message over `message_bytes`."""
 
-    def __init__(self, *args, sandbox, message_bytes=None, **kwargs):
+    The grader's sockets (its clients' and its own control socket) reach the kernel's through a
+    `relay.Relay`, which cuts a connection on which the kernel sends a message over `message_bytes`
+    (shell and IOPub; SMALL_MESSAGE_BYTES on the others), all its frames together, before the
+    grader has assembled it; each of the grader's sockets then queues at most QUEUED_MESSAGES of
+    them, so a kernel can make the grader hold a bounded amount, whatever it sends."""
+
+    def __init__(self, *args, sandbox, message_bytes=MESSAGE_BYTES, **kwargs):
         super().__init__(*args, **kwargs)
         self.sandbox, self.message_bytes = sandbox, message_bytes
         self.transport = "ipc"
         self.connection_file = str(sandbox.exchange.folder / "kernel.json")
-        self.ip = str(sandbox.exchange.sockets / "k")
+        self.ip = str(sandbox.exchange.sockets / "k")  # where the kernel binds; the grader connects to the relay
+        self.relay = None
+        self.context.setsockopt(zmq.RCVHWM, QUEUED_MESSAGES)  # its own control socket, made after this
 
     def client(self, **kwargs):
         kc = super().client(**kwargs)
-        if self.message_bytes:  # applies to the channels' sockets, all made after this
-            kc.context.setsockopt(zmq.MAXMSGSIZE, self.message_bytes)
+        kc.context.setsockopt(zmq.RCVHWM, QUEUED_MESSAGES)  # applies to the channels' sockets, all made after this
         return kc
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         uid = self.sandbox.uid
-        if uid is not None:
-            os.chown(self.connection_file, uid, uid)
+        if uid is not None:  # the kernel reads it through its group; only the grader may change it
+            os.chown(self.connection_file, -1, uid)
+            os.chmod(self.connection_file, 0o640)
         kw["env"] = {"PATH": "/usr/bin:/bin"} if self.sandbox.sandboxed else self.sandbox.env
         kw["cwd"] = str(self.sandbox.exchange.folder) if self.sandbox.sandboxed else self.sandbox.workdir
         launched = await super()._async_launch_kernel(self.sandbox.command(kernel_cmd), **kw)
         try:
             self.sandbox.note_namespace(self.provisioner.process.pid)
+            channels = {name: (getattr(self, f"{name}_port"), self.message_bytes if name in ("shell", "iopub") else
+                               min(self.message_bytes, SMALL_MESSAGE_BYTES))
+                        for name in ("shell", "iopub", "stdin", "control", "hb")}
+            self.relay = self.sandbox.exchange.relay = relay.Relay(self.sandbox.exchange.private, self.ip, channels)
         except BaseException:
             self.provisioner.process.kill()
             raise
+        self.ip = self.relay.address
         return launched
+
+    async def _async_cleanup_resources(self, restart=False):
+        await super()._async_cleanup_resources(restart=restart)
+        if self.relay is not None:
+            self.relay.close()

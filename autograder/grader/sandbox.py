@@ -3,12 +3,14 @@
 Each kernel runs in a sandbox (`autograder.grader.isolation`, built with bubblewrap): no network,
 its own processes (all ended with it), an allow-listed filesystem and environment, limits on
 processes, file size and memory. A submission may loop forever (even ignoring interrupts), exit
-its kernel (`os._exit`), eat all memory or flood its output. nbclient alone would hang, stop at
-the first dead kernel or keep every byte. Here a cell that runs too long or kills its kernel gets
-an error output that says why (nbgrader scores it 0), the kernel is replaced, the cells that ran
-before it are replayed to rebuild the student's definitions (within the submission's own time
+its kernel (`os._exit`), eat all memory, flood its output or send messages the grader cannot read
+or hold. nbclient alone would hang, stop at the first dead kernel or bad message, or keep every
+byte. Here a cell that runs too long, kills its kernel or breaks its connection gets an error
+output that says why (nbgrader scores it 0), the kernel is replaced, the cells that ran before it
+are replayed to rebuild the student's definitions (within the submission's own time
 limit), and execution goes on with the next cell. Everything stored in the notebook is capped.
 """
+import asyncio
 import atexit
 import contextlib
 import dataclasses
@@ -26,11 +28,10 @@ from nbgrader import utils
 
 from autograder.checks import compare
 from autograder.grader import isolation, trusted
-from autograder.grader.execution import SteadyNotebookClient
+from autograder.grader.execution import SteadyNotebookClient, poll_in_slices
 
 MESSAGE_CHARS = 10_000  # an error message stored in a notebook (and so in scores.csv) is cut here
 NAME_CHARS = 200  # an error's name
-MESSAGE_BYTES = 32 * 2**20  # a kernel message larger than this is dropped before the grader reads it
 HISTORY = ("--HistoryManager.hist_file=:memory:",)  # as nbclient starts kernels: no history file
 
 
@@ -64,18 +65,77 @@ def error_output(ename, evalue):
     return nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
 
 
+class MessageFault(DeadKernelError):
+    """The kernel's connection can no longer be trusted: it sent a message the grader cannot read
+    (unsigned, a signature seen before, not JSON), one over the size limit (the relay cut its
+    connection), or one whose handling raised. A DeadKernelError, so that whatever replaces a dead
+    kernel (around a trusted call too) replaces this one; its text, the original exception's type
+    and text included, becomes the cell's error."""
+
+
+def _read_exception(task):
+    return task.cancelled() or task.exception()
+
+
 class SandboxClient(SteadyNotebookClient):
     """nbclient with a sandboxed kernel, a time budget per cell (fractions of a second allowed),
-    and caps on what a cell may store: its outputs, its error messages, display updates."""
+    and caps on what a cell may store: its outputs, its error messages, display updates. Nothing
+    the kernel sends makes a cell raise anything but a timeout or a dead kernel (`MessageFault`)."""
 
     output_chars = 100_000
     sandbox = None  # the isolation.Sandbox its kernel runs in
     new_sandbox = None  # makes a sandbox for a kernel of its own
     pool, pool_key = None, None  # where a kernel started ahead may wait (KernelPool)
-    # A cell whose output stops arriving (a message over MESSAGE_BYTES is dropped) fails, never
-    # passes silently; the kernel is then replaced, with fresh connections.
+    # A cell whose output stops arriving fails, never passes silently; the kernel is then replaced,
+    # with fresh connections.
     raise_on_iopub_timeout = True
     iopub_timeout = 10
+    unreadable = ()  # messages its session refused, named (a list of its own once its client starts)
+    _watching_alive = None  # nbclient's task that checks the kernel is alive, during a cell
+
+    async def async_start_new_kernel_client(self):
+        """Shell and IOPub name a message they cannot read, and both polls stop at a fault."""
+        kc = await super().async_start_new_kernel_client()
+        self.unreadable = []
+        for channel in (kc.shell_channel, kc.iopub_channel):
+            _refuse_unreadable(channel, self.unreadable)
+        poll_in_slices(kc.iopub_channel, self.connection_check)
+        return kc
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    def faults(self) -> list:
+        """What broke this kernel's connection so far: messages it could not read, cuts of the relay's."""
+        return [*self.unreadable, *self.km.relay.faults]
+
+    def connection_check(self):
+        if self.faults():
+            task = asyncio.current_task()
+            if task is not None:  # nbclient leaves the IOPub poll's exception unread where the shell's ends the cell
+                task.add_done_callback(_read_exception)
+            raise MessageFault(self.faults()[0])
+
+    async def _async_poll_kernel_alive(self):
+        self._watching_alive = asyncio.current_task()  # nbclient leaves it running where a cell raises: ended here
+        return await super()._async_poll_kernel_alive()
+
+    async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
+        try:
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        except MessageFault:
+            raise
+        except (CellTimeoutError, DeadKernelError) as err:
+            if not self.faults():
+                raise
+            raise MessageFault(self.faults()[0]) from err  # the fault came first: it is why
+        except Exception as err:
+            raise MessageFault(f"the grader could not handle a message from the kernel ({type(err).__name__}: "
+                               f"{err})") from err
+        finally:
+            if self._watching_alive is not None:
+                self._watching_alive.cancel()
+
+    execute_cell = run_sync(async_execute_cell)
 
     def create_kernel_manager(self):
         """A kernel started ahead in the pool if there is one (nbclient then only connects), else a new one."""
@@ -204,8 +264,23 @@ class MemoryWatch:
         self._thread.join()
 
 
+def _refuse_unreadable(channel, seen: list) -> None:
+    """Make `channel` raise MessageFault for a message its session refuses or cannot decode, naming
+    the session's exception, after noting it in `seen` (where the other channel's poll finds it)."""
+
+    async def read():  # jupyter_client's ZMQSocketChannel._recv, with the refusal named
+        frames = await channel.socket.recv_multipart()
+        try:
+            return channel.session.deserialize(channel.session.feed_identities(frames)[1])
+        except Exception as err:
+            seen.append(f"the kernel sent a message the grader cannot read ({type(err).__name__}: {err})")
+            raise MessageFault(seen[-1]) from err
+
+    channel._recv = read
+
+
 def _new_manager(sandbox):
-    return isolation.SandboxedKernelManager(kernel_name="python3", sandbox=sandbox, message_bytes=MESSAGE_BYTES)
+    return isolation.SandboxedKernelManager(kernel_name="python3", sandbox=sandbox)
 
 
 class KernelPool:
@@ -323,8 +398,7 @@ def _replay(client, nb, indices, deadline, limits) -> None:
 def _timed_out(client, limits, err) -> tuple:
     """The name and message of a cell that ran out of time, or whose output stopped arriving."""
     if "IOPub" in str(err) or "IOPub" in str(err.__cause__):
-        return "OutputLimit", (f"the cell's output stopped arriving: a message over {MESSAGE_BYTES // 2**20} MB "
-                               "is dropped (print less)")
+        return "OutputLimit", "the cell's output stopped arriving (print less)"
     if client.cell_seconds < limits.cell_seconds:
         return "CellTimeLimit", (f"stopped after {client.cell_seconds:.3g} s: the submission used its whole "
                                  f"{limits.submission_seconds:g} s")
@@ -378,7 +452,10 @@ def _run_until_a_kernel_ends(client, nb, code, position, deadline, limits, trust
             else:
                 client.execute_cell(nb.cells[index], index)
         except (CellTimeoutError, trusted.KernelDied, DeadKernelError) as err:
-            if isinstance(err, CellTimeoutError) or getattr(err, "timed_out", False):
+            fault = next((e for e in (err, err.__cause__) if isinstance(e, MessageFault)), None)
+            if fault is not None:
+                name, problem = "MessageFault", f"{fault}; the kernel was replaced"
+            elif isinstance(err, CellTimeoutError) or getattr(err, "timed_out", False):
                 name, problem = _timed_out(client, limits, err)
             else:
                 problem, name = _death(watch, limits, client.sandbox), "KernelDied"

@@ -210,6 +210,8 @@ class Remote:
         response = self.exchange.new_file(".out", for_kernel=True)
         try:
             self.ask(request, response)
+            if not os.stat(response, follow_symlinks=False).st_size:  # its answers full, say: the kernel's own doing
+                raise GradingError(f"{exercise}: no readable answer came back from your notebook (it wrote nothing)")
             payload = read_answer(response)
         except boundary.NotPlain as err:
             raise GradingError(f"{exercise}: what your notebook returned is not plain data: {err}") from None
