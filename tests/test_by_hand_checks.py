@@ -17,6 +17,7 @@ from torch import nn
 
 from autograder.checks import GradingError
 from autograder.checks import by_hand as bh
+from autograder.checks.by_hand import steps
 from autograder.learner import quiz_schema
 from autograder.learner.device import available_devices
 
@@ -102,6 +103,45 @@ def test_cases_have_what_the_hidden_tests_promise(device):
     model = bh.model_case(11, 3, 2, 8, 9, seed=61, device=device)
     assert torch.bincount(model["tokens"].flatten()).max() > 1
     assert all(p.dtype == torch.float64 and p.device.type == device.type for p in model["params"].values())
+
+
+def test_batchnorm_steps_is_batchnorm_and_its_paths_add_up(device):
+    """The course's line-by-line forward is F.batch_norm's; autograd through it gives F.batch_norm's
+    gradients; and the one-path gradients the hints use add up to the whole (so that "only the path
+    through xhat" means what it says)."""
+    case = bh.steps_case(7, 3, seed=3, tiny=(1,), device=device)
+    y, cache = bh.batchnorm_steps(case["x"], case["gamma"], torch.zeros_like(case["gamma"]), case["eps"])
+    torch.testing.assert_close(y, F.batch_norm(case["x"], None, None, case["gamma"], None, training=True,
+                                               eps=case["eps"]))
+    assert set(cache) == {"x", "mean", "c", "sq", "var", "r", "xhat"}
+    lines = bh.reference_steps(*case.values())
+    assert list(lines) == list(bh.STEP_GRADS)
+    for name, want in zip(["dx", "dgamma", "dbeta"], bh.reference_batchnorm_backward(*case.values())):
+        torch.testing.assert_close(lines[name], want)
+    for line, cuts in [("dc", ("sq", "xhat")), ("dx", ("mean", "c"))]:
+        first, second = (steps._one_path(case, line, cut) for cut in cuts)
+        torch.testing.assert_close(first + second, lines[line])
+        assert not torch.allclose(first, lines[line]) and not torch.allclose(second, lines[line])
+
+
+def test_steps_cases_have_what_the_hidden_tests_promise(device):
+    tiny = bh.steps_case(8, 3, seed=85, tiny=(1,), device=device)
+    var = tiny["x"].var(0, unbiased=False)
+    assert var[1] < 1e-5 < var[0] and var[2] > 1e-5
+    one = bh.steps_case(1, 4, seed=81, device=device)
+    lines = bh.reference_steps(*one.values())
+    assert all(torch.isfinite(g).all() for g in lines.values())
+    assert not lines["dx"].any() and lines["dc"].abs().min() > 1  # c = 0: the gradient stops at x
+    assert bh.steps_case(6, 4, seed=2, dtype=torch.float32, device=device)["x"].dtype == torch.float32
+
+
+def test_the_eps_hint_names_the_columns_near_eps():
+    """Leaving eps out of r's derivative changes only columns whose variance is near eps; those are named."""
+    with pytest.raises(GradingError) as err:
+        bh.check_batchnorm_steps("batchnorm_steps_backward", catalogue.st_eps_left_out,
+                                 [bh.steps_case(5, 5, seed=3, tiny=(0, 3), device="cpu")])
+    assert "dvar is wrong" in str(err.value)
+    assert "only the columns whose variance is near eps ([0, 3])" in str(err.value)
 
 
 def test_references_are_pytorchs(device):
@@ -191,6 +231,10 @@ def cases(device):
                                [bh.embedding_case((), 3, 5, seed=1, device=device),
                                 bh.embedding_case((6, 3), 4, 20, seed=2, high=5, device=device),
                                 bh.embedding_case((2, 3, 2), 2, 7, seed=3, device=device)]),
+        "batchnorm_steps_backward": (bh.check_batchnorm_steps,
+                                     [bh.steps_case(6, 4, seed=1, device=device),
+                                      bh.steps_case(1, 3, seed=2, device=device),
+                                      bh.steps_case(5, 5, seed=3, tiny=(0, 3), device=device)]),
         "batchnorm_backward": (bh.check_batchnorm_backward,
                                [bh.batchnorm_case(6, 4, seed=1, device=device),
                                 bh.batchnorm_case(5, 5, seed=2, device=device),
@@ -206,12 +250,13 @@ def cases(device):
     }
 
 
-RIGHT = ["bn_op_by_op", "bn_means", "emb_one_hot", "emb_index_put", "emb_loop", "emb_scatter_add", "run_lerp",
-         "run_sums", "mb_op_by_op", "tbh_rebinds_entries", "tbh_sub_alpha"]
+RIGHT = ["st_keepdim", "bn_op_by_op", "bn_means", "emb_one_hot", "emb_index_put", "emb_loop", "emb_scatter_add",
+         "run_lerp", "run_sums", "mb_op_by_op", "tbh_rebinds_entries", "tbh_sub_alpha"]
 
 
 def name_of(entry):
-    return {"bn": "batchnorm_backward", "emb": "embedding_backward", "run": "batchnorm_update_running",
+    return {"st": "batchnorm_steps_backward", "bn": "batchnorm_backward", "emb": "embedding_backward",
+            "run": "batchnorm_update_running",
             "mb": "manual_backward", "tbh": "train_by_hand"}[entry.split("_")[0]]
 
 
@@ -222,6 +267,19 @@ def test_checks_accept_right_answers_written_differently(entry, device):
 
 
 SLIPS = {
+    "st_no_sq_path": "dc holds only the path through xhat",
+    "st_no_mean_path": "dx holds only the path through c",
+    "st_mean_path_not_divided": "the path through mean is N = 6 times too large",
+    "st_power_factor": "dvar is wrong: its values differ from autograd's gradient of var",
+    "st_eps_left_out": "such as eps left out",
+    "st_dsq_not_divided": "dsq is wrong: its values differ",
+    "st_dsq_unbiased": "N/(N - 1) times too large",
+    "st_dmean_sign": "its sign is flipped",
+    "st_dr_not_summed": "dr is wrong: it has shape (6, 4), expected (4,)",
+    "st_dxhat_without_gamma": "dxhat lacks the factor gamma",
+    "st_autograd": "called autograd",
+    "st_scales_dout_in_place": "fails for an expanded dout",
+    "st_float64_lines": "dbeta is wrong: it has dtype torch.float64, expected torch.float32",
     "bn_no_statistics_terms": "gamma * istd * dout",
     "bn_no_mean_term": "constant in each channel",
     "bn_no_variance_term": "multiple of xhat",
@@ -276,6 +334,8 @@ SLIPS = {
 def stressed(device):
     """{entry: check options} for the slips that only a stress of the battery shows (the hidden tests' cases)."""
     return {
+        "st_scales_dout_in_place": dict(cases=[bh.steps_case(6, 4, seed=2, device=device)], stress="expanded"),
+        "st_float64_lines": dict(cases=[bh.steps_case(6, 4, seed=2, dtype=torch.float32, device=device)]),
         "bn_one_pass_variance": dict(cases=[bh.batchnorm_case(16, 5, seed=26, large_mean=True, device=device)],
                                      stress="float32-large-mean"),
         "bn_scales_dout_in_place": dict(cases=[bh.batchnorm_case(6, 4, seed=29, device=device)], stress="expanded"),
@@ -313,6 +373,7 @@ def test_the_stressed_slips_pass_the_ordinary_cases(device):
 
 
 STRESSES = {  # graded name: [check options] of the hidden tests' stresses
+    "batchnorm_steps_backward": [dict(stress="expanded"), dict(stress="non-contiguous")],
     "embedding_backward": [dict(stress="non-contiguous"), dict(stress="non-contiguous", what="idx"),
                            dict(stress="expanded")],
     "batchnorm_backward": [dict(stress="expanded"), dict(stress="non-contiguous", what="x")],
@@ -402,6 +463,7 @@ from autograder.checks import by_hand as bh
 bh.check_{check}("{name}", g, [{case}])
 """
 TRUSTED = {
+    "batchnorm_steps_backward": ("batchnorm_steps", "bh.steps_case(6, 4, seed=1, device='cpu')"),
     "embedding_backward": ("embedding_backward", "bh.embedding_case((6, 3), 4, 20, seed=2, high=5, device='cpu')"),
     "batchnorm_backward": ("batchnorm_backward", "bh.batchnorm_case(6, 4, seed=1, device='cpu')"),
     "batchnorm_update_running": ("running", "bh.running_case((3, 4, 5), 0.2, seed=2, device='cpu')"),
@@ -435,14 +497,15 @@ def only_data(value):
     return value is None or isinstance(value, (torch.Tensor, int, float, str))
 
 
-@pytest.mark.parametrize("entry", ["bn_op_by_op", "emb_one_hot", "run_lerp", "mb_op_by_op", "tbh_sub_alpha"])
+@pytest.mark.parametrize("entry", ["st_keepdim", "bn_op_by_op", "emb_one_hot", "run_lerp", "mb_op_by_op",
+                                   "tbh_sub_alpha"])
 def test_trusted_grading_passes_right_answers_and_only_data_comes_back(entry):
     err, answers = run_trusted(name_of(entry), getattr(catalogue, entry))
     assert err is None and answers and all(only_data(a) for a in answers)
 
 
-@pytest.mark.parametrize("entry", ["bn_no_mean_term", "emb_plus_equals", "run_biased", "mb_not_divided",
-                                   "tbh_ascends", "tbh_autograd", "run_in_place"])
+@pytest.mark.parametrize("entry", ["st_no_sq_path", "bn_no_mean_term", "emb_plus_equals", "run_biased",
+                                   "mb_not_divided", "tbh_ascends", "tbh_autograd", "run_in_place"])
 def test_trusted_grading_gives_the_plain_verdict(entry):
     err, _ = run_trusted(name_of(entry), getattr(catalogue, entry))
     assert isinstance(err, GradingError) and SLIPS[entry] in str(err)

@@ -25,7 +25,7 @@ DERIVED = {
     "01_chain_rule": ["linear_mse_grad", "two_layer_backward", "sigmoid_grad", "softmax_jacobian", "softmax_xent_grad"],
     "03_vjp": ["vjp_relu", "vjp_linear", "unbroadcast", "vjp_matmul", "vjp_softmax", "vjp_layernorm",
                "StableLogSumExp"],
-    "07_by_hand": ["embedding_backward", "batchnorm_backward", "manual_backward"],
+    "07_by_hand": ["embedding_backward", "batchnorm_steps_backward", "batchnorm_backward", "manual_backward"],
     "08_higher_order": ["hvp", "SmoothAbs"],
     "09_kernels": ["silu_backward", "rmsnorm_backward"],
 }
@@ -297,15 +297,7 @@ def test_the_derive_feedback_check_finds_the_old_feedback(private_progress):
 
 
 # --- no worked example of the graded function itself ---------------------------------------------------------------
-# 07 is being reworked (issue 29) by another engineer; until then its case is expected to fail.
-REWORKED = {("07_by_hand", "batchnorm_backward"): "07 is being reworked (issue 29): section 4.1 walks BatchNorm's own "
-                                                  "backward op by op before batchnorm_backward; its table moves after "
-                                                  "the exercise"}
-
-
-@pytest.mark.parametrize("nb_name, name", [
-    pytest.param(nb, name, marks=pytest.mark.xfail(reason=REWORKED[nb, name], strict=False))
-    if (nb, name) in REWORKED else (nb, name) for nb, name in EXERCISES])
+@pytest.mark.parametrize("nb_name, name", EXERCISES)
 def test_no_worked_example_before_an_exercise_is_the_graded_function_itself(nb_name, name):
     """The rule: the values the reference solution computes on its way to the answer (the targets of its
     assignments, less gradients and sizes: `mean`, `var`, `r`, `xhat` for BatchNorm's backward) are its

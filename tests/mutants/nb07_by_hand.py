@@ -127,7 +127,7 @@ def bn_aten_kernel(dout, x, gamma, eps=1e-5):
                                                      [True, True, True])
 
 
-@right_("batchnorm_backward", "op by op, one line per forward operation (section 4.1's table)")
+@right_("batchnorm_backward", "op by op, one line per forward operation (the lines of section 4.2)")
 def bn_op_by_op(dout, x, gamma, eps=1e-5):
     N = x.shape[0]
     mean = x.mean(0)
@@ -151,6 +151,126 @@ def bn_means(dout, x, gamma, eps=1e-5):
     xhat = (x - mean) * istd
     dx = gamma * istd * (dout - dout.mean(0) - xhat * (dout * xhat).mean(0))
     return dx, (dout * xhat).sum(0), dout.sum(0)
+
+
+# batchnorm_steps_backward(dout, cache, gamma) -------------------------------------------------------------
+def _lines(dout, cache, gamma, *, gamma_factor=True, sum_dr=True, half=True, eps_in_r=True, divide_sq=1,
+           sq_path=True, mean_sign=-1, mean_path=True, divide_mean=True):
+    """BatchNorm's backward line by line, with switches that turn one line into a learner's slip."""
+    N = dout.shape[0]
+    c, r, xhat = cache["c"], cache["r"], cache["xhat"]
+    g = {"dbeta": dout.sum(0), "dgamma": (dout * xhat).sum(0)}
+    g["dxhat"] = dout * gamma if gamma_factor else dout
+    g["dr"] = (g["dxhat"] * c).sum(0) if sum_dr else g["dxhat"] * c
+    power = r ** 3 if eps_in_r else cache["var"] ** -1.5
+    g["dvar"] = (-0.5 if half else -1.0) * power * g["dr"]
+    g["dsq"] = g["dvar"].expand_as(c) / (N if divide_sq == 1 else N - 1 if divide_sq == "N - 1" else 1)
+    g["dc"] = g["dxhat"] * r + (2 * c * g["dsq"] if sq_path else 0)
+    g["dmean"] = mean_sign * g["dc"].sum(0)
+    g["dx"] = g["dc"] + ((g["dmean"] / N if divide_mean else g["dmean"]) if mean_path else 0)
+    return g
+
+
+@wrong_("batchnorm_steps_backward", "dc from xhat's path only: c is also read by sq", says="dc holds only the path "
+        "through xhat")
+def st_no_sq_path(dout, cache, gamma):
+    from mutants.nb07_by_hand import _lines
+    return _lines(dout, cache, gamma, sq_path=False)
+
+
+@wrong_("batchnorm_steps_backward", "dx = dc: the path through the mean left out", says="dx holds only the path "
+        "through c")
+def st_no_mean_path(dout, cache, gamma):
+    from mutants.nb07_by_hand import _lines
+    return _lines(dout, cache, gamma, mean_path=False)
+
+
+@wrong_("batchnorm_steps_backward", "dx = dc + dmean: the mean's share not divided by N",
+        says="the path through mean is N = ")
+def st_mean_path_not_divided(dout, cache, gamma):
+    from mutants.nb07_by_hand import _lines
+    return _lines(dout, cache, gamma, divide_mean=False)
+
+
+@wrong_("batchnorm_steps_backward", "dvar = -r**3 * dr: the power rule's factor 1/2 forgotten",
+        says="dvar is wrong: its values differ")
+def st_power_factor(dout, cache, gamma):
+    from mutants.nb07_by_hand import _lines
+    return _lines(dout, cache, gamma, half=False)
+
+
+@wrong_("batchnorm_steps_backward", "dvar from var ** -1.5: eps left out of r's derivative",
+        says="such as eps left out")
+def st_eps_left_out(dout, cache, gamma):
+    from mutants.nb07_by_hand import _lines
+    return _lines(dout, cache, gamma, eps_in_r=False)
+
+
+@wrong_("batchnorm_steps_backward", "dsq = dvar in every row: the mean's 1/N forgotten", says="times too large: a mean "
+        "divides by N")
+def st_dsq_not_divided(dout, cache, gamma):
+    from mutants.nb07_by_hand import _lines
+    return _lines(dout, cache, gamma, divide_sq=None)
+
+
+@wrong_("batchnorm_steps_backward", "dsq = dvar / (N - 1): the unbiased divisor", says="the forward divides by N, "
+        "not N - 1")
+def st_dsq_unbiased(dout, cache, gamma):
+    from mutants.nb07_by_hand import _lines
+    return _lines(dout, cache, gamma, divide_sq="N - 1")
+
+
+@wrong_("batchnorm_steps_backward", "dmean = +sum of dc: c = x - mean subtracts it", says="dmean is wrong")
+def st_dmean_sign(dout, cache, gamma):
+    from mutants.nb07_by_hand import _lines
+    return _lines(dout, cache, gamma, mean_sign=1)
+
+
+@wrong_("batchnorm_steps_backward", "dr = dxhat * c, not summed over the batch", says="dr is wrong: it has shape")
+def st_dr_not_summed(dout, cache, gamma):
+    from mutants.nb07_by_hand import _lines
+    return _lines(dout, cache, gamma, sum_dr=False)
+
+
+@wrong_("batchnorm_steps_backward", "dxhat = dout: gamma's factor forgotten", says="dxhat lacks the factor gamma")
+def st_dxhat_without_gamma(dout, cache, gamma):
+    from mutants.nb07_by_hand import _lines
+    return _lines(dout, cache, gamma, gamma_factor=False)
+
+
+@wrong_("batchnorm_steps_backward", "asks autograd through the cache's lines, recomputed from x",
+        says="called autograd")
+def st_autograd(dout, cache, gamma):
+    import torch
+    x = cache["x"].clone().requires_grad_()
+    gamma = gamma.clone().requires_grad_()
+    beta = torch.zeros_like(gamma, requires_grad=True)
+    mean = x.mean(0)
+    c = x - mean
+    sq = c ** 2
+    var = sq.mean(0)
+    r = (var + 1e-5) ** -0.5
+    xhat = c * r
+    values = [beta, gamma, xhat, r, var, sq, c, mean, x]
+    grads = torch.autograd.grad(gamma * xhat + beta, values, dout)
+    return dict(zip(["dbeta", "dgamma", "dxhat", "dr", "dvar", "dsq", "dc", "dmean", "dx"], grads))
+
+
+@right_("batchnorm_steps_backward", "with xhat, keepdim=True columns and torch.ones_like, squeezed at the end")
+def st_keepdim(dout, cache, gamma):
+    import torch
+    N = dout.shape[0]
+    c, xhat = cache["c"], cache["xhat"]
+    r = cache["r"].unsqueeze(0)                                     # (1, C)
+    dxhat = dout * gamma
+    dr = (dxhat * xhat).sum(0, keepdim=True) / r                    # c = xhat / r
+    dvar = -0.5 * torch.pow(r, 3) * dr
+    dsq = torch.ones_like(c) * dvar / N
+    dc = r * dxhat + 2 * c * dsq
+    dmean = -dc.sum(0, keepdim=True)
+    dx = dc + torch.ones_like(c) * dmean / N
+    return {"dbeta": dout.sum(0), "dgamma": (xhat * dout).sum(0), "dxhat": dxhat, "dr": dr.squeeze(0),
+            "dvar": dvar.squeeze(0), "dsq": dsq, "dc": dc, "dmean": dmean.squeeze(0), "dx": dx}
 
 
 # embedding_backward(dout, idx, num_embeddings) ------------------------------------------------------
@@ -635,3 +755,19 @@ def mb_float32_gradients(params, cache, targets):
 def mb_view_tokens(params, cache, targets):
     from mutants.nb07_by_hand import _backward
     return _backward(params, cache, targets, view_tokens=True)
+
+
+@wrong_("batchnorm_steps_backward", "scales dout by gamma in place to get dxhat: writes into the caller's gradient",
+        says="an expanded dout")
+def st_scales_dout_in_place(dout, cache, gamma):
+    from mutants.nb07_by_hand import _lines
+    dbeta, dgamma = dout.sum(0), (dout * cache["xhat"]).sum(0)
+    dout *= gamma  # now dxhat, in the caller's tensor
+    return dict(_lines(dout, cache, 1.0), dbeta=dbeta, dgamma=dgamma)
+
+
+@wrong_("batchnorm_steps_backward", "every line computed in float64 (.double()) whatever the input's dtype",
+        says="it has dtype torch.float64, expected torch.float32")
+def st_float64_lines(dout, cache, gamma):
+    from mutants.nb07_by_hand import _lines
+    return _lines(dout.double(), {name: t.double() for name, t in cache.items()}, gamma.double())
