@@ -139,6 +139,8 @@ TOP_LEVEL_ATTACKS = [
     ("01_chain_rule", "import sys\nsys.settrace(None)", r"reaches sys\.settrace"),
     ("01_chain_rule", "def patch():\n    setattr(torch, 'relu', None)\npatch()", r"uses setattr"),
     ("01_chain_rule", "%run helper.py", r"runs the magic %run"),
+    ("01_chain_rule", "import helper_i_wrote", r"imports helper_i_wrote, a module the judge does not read"),
+    ("01_chain_rule", "from unittest import mock\nmock.patch('torch.relu', torch.abs).start()", r"uses unittest"),
     ("01_chain_rule", "import dataclasses\n@dataclasses.dataclass\nclass Record:\n"
      "    __module__ = 'autograder.no_such_module'", r"sets a class's __module__"),
     ("09_kernels", "from torch.utils._python_dispatch import _disable_current_modes",
@@ -158,7 +160,9 @@ def test_a_notebook_that_patches_or_reflects_at_top_level_has_every_by_hand_exer
 
 
 @pytest.mark.parametrize("top", [
-    "%timeit relu_grad(torch.ones(3))", "torch.backends.cudnn.deterministic = True", "import os\nprint(os.getcwd())",
+    "%timeit relu_grad(torch.ones(3))", "import sqlite3\nfrom tqdm.auto import tqdm",
+    "from __future__ import annotations",
+    "torch.backends.cudnn.deterministic = True", "import os\nprint(os.getcwd())",
     "for _ in range(3):\n    pass", "torch.manual_seed(0)\nplt.rcParams['figure.dpi'] = 80",
 ])
 def test_ordinary_notebook_code_is_not_refused(top):

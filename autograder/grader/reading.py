@@ -17,7 +17,10 @@ import builtins
 import dataclasses
 import functools
 import importlib
+import importlib.util
 import re
+import site
+import sys
 import types
 
 from IPython.core.inputtransformer2 import TransformerManager
@@ -41,7 +44,9 @@ DENIED_MODULES = {
     "IPython": "changes how cells run", "ipykernel": "reaches the kernel", "jupyter_client": "reaches the kernel",
     "zmq": "reaches the kernel's sockets", "linecache": "rewrites source", "traceback": "reads frames",
     "functorch": "is torch.func under another name", "weakref": "finds objects without names",
-    "site": "changes the import path", "sysconfig": "reads the install"}
+    "site": "changes the import path", "sysconfig": "reads the install",
+    "unittest": "patches objects by name (mock)", "pydoc": "finds objects by computed names",
+    "shelve": "runs code while it loads", "joblib": "runs code while it loads"}
 # Attributes of a known module that are reflection, or a hook on the interpreter.
 DENIED_ATTRIBUTES = {
     "sys": {"modules", "meta_path", "path_hooks", "path_importer_cache", "settrace", "setprofile", "gettrace",
@@ -107,6 +112,22 @@ def _lookup(path: str):
 
 
 _MISSING = object()
+
+
+@functools.lru_cache(maxsize=1024)
+def installed(top: str) -> bool:
+    """Whether a top-level module is Python's own or installed in this environment (the kernel's too): found,
+    never imported. A module a notebook wrote into its own folder is neither: its code is the student's."""
+    if top in sys.stdlib_module_names:
+        return True
+    if not top.isidentifier():
+        return False
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    places = [*site.getsitepackages(), site.getusersitepackages()]
+    return spec is not None and any(str(spec.origin or "").startswith(place) for place in places)
 
 
 def canonical(path: str) -> str:
@@ -538,6 +559,8 @@ class Reader(ast.NodeVisitor):
         top = parts[0]
         if top in DENIED_MODULES:
             return self.report(node, f"uses {top}, which {DENIED_MODULES[top]}")
+        if top == "__future__" or (not self.graded and top not in KNOWN_MODULES and installed(top)):
+            return None  # a library of the environment, used outside an answer: its code is not the student's
         if top.startswith("_") or top not in KNOWN_MODULES:
             return self.report(node, f"imports {top or path}, a module the judge does not read (it reads "
                                      f"{', '.join(sorted(KNOWN_MODULES - {'autograder'}))})")
