@@ -293,7 +293,7 @@ def test_large_logits_and_large_means_are_float32_with_a_float64_reference():
     (catalogue.relu_in_place, [vc.relu_case((4, 5), seed=45, expand=("g",))], "fails for an expanded g"),
     (catalogue.sig_via_exp_minus_x, [vc.sigmoid_case(None, seed=46, special=True)], "fails for the special points"),
     (catalogue.lsm_through_softmax, [vc.log_softmax_case((4, 10), dim=-1, seed=47, large_logits=True)],
-     "fails for float32 logits as large as a few hundred"),
+     "fails for float32 logits as large as a few hundred: y holds log-probabilities"),
     (catalogue.ln_one_pass_variance, [vc.layernorm_case((8, 16), seed=48, large_mean=True)],
      "fails for float32 input whose mean is about 1000 times its spread: cancellation"),
     (catalogue.lin_squeeze_first, [vc.stressed(vc.linear_case((1,), n=3, m=2, seed=49), "batch-of-one")],
@@ -312,6 +312,32 @@ def test_each_stress_rejects_what_it_is_for_and_names_itself(wrong, cases, says)
     assert says in str(caught.value)
     no_guard_left_behind()
 
+
+@pytest.mark.parametrize("wrong, case, says", [
+    (catalogue.lsm_through_softmax, vc.log_softmax_case((3, 8), dim=0, seed=54, large_logits=True), "divide by p"),
+    (lambda y, g, dim=-1: (lambda p: p * (g / p - (g * p).sum(dim, keepdim=True) / p) * p)(y),
+     vc.softmax_case((3, 8), dim=-1, seed=55, large_logits=True), "do not divide by y"),
+])
+def test_a_vjp_given_probabilities_is_told_about_the_division_not_the_logits(wrong, case, says):
+    """Its inputs are (log-)probabilities, not logits: the battery's "subtract each row's largest logit"
+    would send the learner to a fix that is not theirs to make."""
+    exercise = "vjp_log_softmax" if "log_softmax" in case.note else "vjp_softmax"
+    with pytest.raises(GradingError) as caught:
+        vc.check_vjp(exercise, wrong, [case])
+    assert says in str(caught.value) and "largest logit before exp" not in str(caught.value)
+    no_guard_left_behind()
+
+
+def test_a_logsumexp_without_the_max_shift_keeps_at_most_one_point_of_four():
+    """Large logits are the stress the exercise is about, so they sit in its main grade cell: a naive forward
+    passes only the gradcheck cell (its backward is right at small x)."""
+    nb = mutation.course.read(mutation.course.solution_path("03_vjp"))
+    points = {mutation.course.nbgrader_meta(c)["grade_id"]: mutation.course.nbgrader_meta(c)["points"]
+              for c in mutation.course.grade_cells(nb)}
+    for naive in (catalogue.LSENaive, catalogue.LSENoAddBack):
+        results = mutation.run_grade_cells("03_vjp", "StableLogSumExp", naive)
+        kept = sum(points[grade_id] for grade_id, err in results.items() if err is None)
+        assert sum(points[grade_id] for grade_id in results) == 4 and kept <= 1, (naive.__name__, results)
 
 def test_logsumexp_at_minus_infinity_keeps_a_finite_tolerance_and_names_the_stress():
     inf = float("inf")

@@ -159,11 +159,13 @@ def advice(stress, message):
 
 
 @contextlib.contextmanager
-def trying(exercise, stress, what="input"):
+def trying(exercise, stress, what="input", reason=None):
     """Run a check on a stressed input; a failure inside names the stress and the usual reason.
 
     A GradingError (a wrong value, a raised exception, a NaN) becomes
-    "<exercise>: fails for <stress>: <advice>" followed by the check's own message.
+    "<exercise>: fails for <stress>: <advice>" followed by the check's own message. `reason` replaces
+    the table's advice where the exercise's inputs make it wrong (a VJP given log-probabilities takes no
+    exp of a logit, so "subtract the largest logit" misleads it).
     """
     what_text = describe(stress, what)
     try:
@@ -172,4 +174,5 @@ def trying(exercise, stress, what="input"):
         message = str(err)
         if f"fails for {what_text}" in message:  # already named by an inner `trying`
             raise
-        raise GradingError(f"{exercise}: fails for {what_text}: {advice(stress, message)}\n{message}") from None
+        why = reason or advice(stress, message)
+        raise GradingError(f"{exercise}: fails for {what_text}: {why}\n{message}") from None

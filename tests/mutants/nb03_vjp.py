@@ -830,7 +830,7 @@ def lsm_ignores_dim(y, g, dim=-1):
 
 
 @wrong_("vjp_log_softmax", "log after softmax by the chain rule: g / p, then the softmax VJP; inf times 0 where "
-                           "p = exp(y) underflows", says="logits as large as")
+                           "p = exp(y) underflows", says="do not divide by p")
 def lsm_through_softmax(y, g, dim=-1):
     p = y.exp()
     u = g / p

@@ -104,7 +104,9 @@ class Case:
     `broadcast_bytes`: the size of the largest input once broadcast against the others (0 where
     nothing broadcasts), which an intermediate of a correct answer may reach. `stress` names the
     battery's stress the inputs were drawn for (large logits, a batch of one, ...; a non-contiguous
-    or expanded layout is read from the inputs), `tolerance` an (rtol, atol) other than the dtype's."""
+    or expanded layout is read from the inputs), `tolerance` an (rtol, atol) other than the dtype's, and
+    `reason` what a failure on that stress means for these inputs, where the battery's usual advice
+    would misdiagnose it."""
     inputs: dict
     expected: object
     names: list
@@ -113,6 +115,7 @@ class Case:
     broadcast_bytes: int = 0
     stress: str = ""
     tolerance: tuple = None
+    reason: str = ""
 
     def shown_inputs(self):
         shown = dict(self.inputs)
@@ -259,6 +262,18 @@ def broadcast_patterns(seed, count, max_ndim=4, max_size=4):
     return pairs
 
 
+# What breaks a softmax VJP on large logits. It is given the output, so it takes no exp of a logit and
+# the battery's "subtract the largest logit" does not apply: the outputs hold probabilities that are
+# exactly 0, and a division by them is inf (then 0 * inf = NaN).
+UNDERFLOW_REASONS = {
+    torch.softmax: "most probabilities y of such logits are exactly 0 in float32 (y is given: nothing here takes "
+                   "exp of a logit, so nothing can overflow): do not divide by y; keep y as a factor",
+    torch.log_softmax: "y holds log-probabilities (y <= 0, so exp(y) cannot overflow), and p = exp(y) is exactly 0 "
+                       "in float32 wherever y < -104, a logit that far below the row's largest: do not divide by p "
+                       "(g / p is inf there, and 0 * inf is NaN); keep p as a factor",
+}
+
+
 def _softmax_like(op, shape, dim, seed, dtype, layout, scale, expand, large_logits):
     """y = op(z, dim) and autograd's dL/dz. `large_logits`: float32 logits as large as a few hundred
     (`battery.large_logits`), y computed in float32 from them and the reference in float64 from the
@@ -279,7 +294,7 @@ def _softmax_like(op, shape, dim, seed, dtype, layout, scale, expand, large_logi
     drawn_as = ("float32, as large as a few hundred (reference in float64)" if large_logits
                 else f"drawn with scale {scale:g}")
     return Case(case_inputs, expected, ["dL/dz"], layout, note=f"y = {op.__name__}(z, dim={dim}), z {drawn_as}",
-                stress="large-logits" if large_logits else "")
+                stress="large-logits" if large_logits else "", reason=UNDERFLOW_REASONS[op] if large_logits else "")
 
 
 def softmax_case(shape, dim, seed, dtype=torch.float64, layout="contiguous", scale=2.0, expand=(), large_logits=False):

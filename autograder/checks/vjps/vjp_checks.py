@@ -58,7 +58,8 @@ def check_cases(exercise, cases, check_one):
         if layout is not None:
             check_one(case.contiguous_twin())
         stress, what = (case.stress, "input") if case.stress else layout or (None, None)
-        with battery.trying(exercise, stress, what=what) if stress else contextlib.nullcontext():
+        reason = case.reason if case.stress else None
+        with battery.trying(exercise, stress, what=what, reason=reason) if stress else contextlib.nullcontext():
             check_one(case)
 
 
