@@ -158,6 +158,60 @@ def test_torch_checkpoint_passes_memory_and_recompute(impl, device):
     cc.check_checkpoint_recompute("checkpoint", impl, width=6, batch=4, seed=3, device=device, forbid=())
 
 
+def silent_under_grad(fn, *args):
+    """A checkpoint Function that backpropagates into the parameters' .grad whatever called it: right under
+    .backward(), None for the parameters under torch.autograd.grad."""
+    class Recompute(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return fn(x, *args[1:])
+
+        @staticmethod
+        def backward(ctx, grad):
+            leaf = ctx.saved_tensors[0].detach().requires_grad_()
+            with torch.enable_grad():
+                out = fn(leaf, *args[1:])
+            torch.autograd.backward(out, grad)
+            return leaf.grad
+
+    return Recompute.apply(args[0])
+
+
+def refuses_without_a_word(fn, *args):
+    class Refuses(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return fn(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError()
+
+    return Refuses.apply(*args)
+
+
+@pytest.mark.parametrize("impl", [torch_reentrant, torch_non_reentrant], ids=["raises", "supports it"])
+@pytest.mark.parametrize("kind", ["single", "two", "masked", "tuple"])
+def test_autograd_grad_through_checkpoint_must_raise_or_be_right(impl, kind, device):
+    """torch's reentrant checkpoint raises under torch.autograd.grad, its non-reentrant one gives the right
+    gradients: both pass. A checkpoint that answers None for the parameters does not, nor a bare refusal."""
+    cc.check_checkpoint_autograd_grad("checkpoint", impl, kind, width=4, batch=3, seed=60, device=device, forbid=())
+
+
+def test_autograd_grad_check_names_the_silent_none_and_the_bare_refusal(device):
+    with pytest.raises(GradingError, match=r"returned None for parameter fc1\.weight, .* in silence\. Their "
+                                           r"gradients went into \.grad instead.*_is_checkpoint_valid"):
+        cc.check_checkpoint_autograd_grad("checkpoint", silent_under_grad, "single", width=4, batch=3, seed=61, p=0.0,
+                                          device=device, forbid=())
+    # the same answer is right under .backward(): only the autograd.grad check tells
+    cc.check_checkpoint_gradients("checkpoint", silent_under_grad, "single", width=4, batch=3, seed=61, p=0.0,
+                                  device=device, forbid=())
+    with pytest.raises(GradingError, match="raised RuntimeError without a message"):
+        cc.check_checkpoint_autograd_grad("checkpoint", refuses_without_a_word, "single", width=4, batch=3, seed=62,
+                                          p=0.0, device=device, forbid=())
+
+
 def test_forbidden_catches_torch_checkpoint_however_imported(device):
     from torch.utils.checkpoint import checkpoint as renamed
 
@@ -307,6 +361,7 @@ cc.check_checkpoint_gradients("g", g, "single", width=6, batch=5, seed=5, p=0.5,
 cc.check_checkpoint_gradients("g", g, "tuple", width=4, batch=3, seed=6, p=0.5, device="cpu", forbid=())
 cc.check_checkpoint_recompute("g", g, width=6, batch=4, seed=3, device="cpu", forbid=())
 cc.check_checkpoint_memory("g", g, width=8, batch=16, seed=2, device="cpu", forbid=())
+cc.check_checkpoint_autograd_grad("g", g, "two", width=4, batch=3, seed=7, p=0.5, device="cpu", forbid=())
 """
 
 

@@ -324,6 +324,64 @@ def check_checkpoint_gradients(exercise, student, kind, *, width, batch, seed, p
                             names=[f"gradient of parameter {name}{with_dropout}"])
 
 
+def check_checkpoint_autograd_grad(exercise, student, kind, *, width, batch, seed, p=0.3, dtype=torch.float64,
+                                   device=None, forbid=FORBIDDEN):
+    """`torch.autograd.grad(loss, [inputs..., parameters...], allow_unused=True)` through `student(block, *args)`
+    either raises an exception with a message or returns the plain run's gradients: never None, nor
+    other numbers, in silence.
+
+    A checkpoint Function gets the block's parameters' gradients by a backward of its own inside
+    backward, which accumulates them into `.grad`; `torch.autograd.grad` reads what backward returns
+    for the Function's inputs, and the parameters are none of them. torch's reentrant checkpoint raises
+    there (`torch.autograd._is_checkpoint_valid()` is False); its non-reentrant one supports it."""
+    device = device or get_device()
+    block = TestBlock(width, seed=seed, p=p, kind=kind, device=device, dtype=dtype)
+    args = block_inputs(kind, batch, width, seed=seed + 100, device=device, dtype=dtype)
+    names = [f"input {i}" for i in range(len(_leaves(args)))] + [f"parameter {n}" for n, _ in block.named_parameters()]
+    _reset(block, args)
+    torch.manual_seed(seed)
+    expected = torch.autograd.grad(_loss(_as_tuple(block(*args)), seed), [*_leaves(args), *block.parameters()])
+    shown = {"block": f"TestBlock {kind!r}: {KINDS[kind]} (width {width}, dropout p={p})",
+             **{f"arg {i}": a for i, a in enumerate(args)},
+             "call": "torch.autograd.grad(loss, [inputs that need grad, *block.parameters()], allow_unused=True)"}
+
+    def run_autograd_grad():
+        """Driver: the checkpointed block, then torch.autograd.grad for its inputs and parameters; what it raised
+        (its type and message) or returned, and which parameters got a .grad on the way."""
+        _reset(block, args)
+        outs = _student_forward(exercise, student, block, args, seed)
+        try:
+            grads = torch.autograd.grad(_loss(outs, seed), [*_leaves(args), *block.parameters()], allow_unused=True)
+        except Exception as err:  # the refusal this check accepts
+            return "raised", type(err).__name__, str(err)
+        filled = [q.grad is not None for q in block.parameters()]
+        return "returned", [g if g is None else g.detach() for g in grads], filled
+
+    try:
+        answer = checks.call_student(exercise, run_autograd_grad, forbid=forbid)
+    except GradingError as err:
+        raise GradingError(f"{err}\n  on input:\n{checks.describe_inputs(shown)}") from None
+    if not isinstance(answer, (tuple, list)) or len(answer) != 3 or answer[0] not in ("raised", "returned"):
+        raise GradingError(f"{exercise}: no readable answer came back from your notebook: {checks.describe(answer)}")
+    if answer[0] == "raised":
+        if not str(answer[2]).strip():
+            raise GradingError(f"{exercise}: under torch.autograd.grad your checkpoint raised {answer[1]} without a "
+                               "message: say why, so that whoever calls it knows what to do instead (call .backward())")
+        return
+    _, grads, filled = answer
+    missing = [name for name, g in zip(names, grads) if g is None]
+    if missing:
+        where = (" Their gradients went into .grad instead, where torch.autograd.grad never looks."
+                 if any(filled) else "")
+        raise GradingError(
+            f"{exercise}: torch.autograd.grad through your checkpoint returned None for {', '.join(missing)}, in "
+            f"silence.{where} The block's parameters are not inputs of your Function, so its backward cannot hand "
+            "their gradients to torch.autograd.grad (nor to backward(inputs=...)). Refuse that call: in backward, "
+            "raise a RuntimeError that says so when torch.autograd._is_checkpoint_valid() is False, as "
+            f"torch.utils.checkpoint(use_reentrant=True) does\n  on input:\n{checks.describe_inputs(shown)}")
+    checks.expect_close(exercise, tuple(grads), tuple(expected), inputs=shown,
+                        names=[f"torch.autograd.grad's gradient of {name}" for name in names])
+
 def check_checkpoint_memory(exercise, student, *, width, batch, seed, dtype=torch.float32, device=None,
                             forbid=FORBIDDEN):
     """During the forward pass, `student(block, x)` saves no more than the block's inputs; over

@@ -599,7 +599,7 @@ def ck_not_detached(fn, *args):
     return Recompute.apply(*args)
 
 
-def _checkpoint_variant(every_input_needs_grad=False, every_output=False):
+def _checkpoint_variant(every_input_needs_grad=False, every_output=False, refuses_grad=True):
     """A correct checkpoint but for one bug, chosen by the flags (the entries below)."""
     import torch
 
@@ -616,6 +616,8 @@ def _checkpoint_variant(every_input_needs_grad=False, every_output=False):
 
         @staticmethod
         def backward(ctx, *grads):
+            if refuses_grad and not torch.autograd._is_checkpoint_valid():
+                raise RuntimeError("checkpoint cannot give the parameters' gradients to torch.autograd.grad")
             saved = iter(ctx.saved_tensors)
             args = [(next(saved).detach().requires_grad_(every_input_needs_grad or n)) if t else o
                     for t, o, n in zip(ctx.is_tensor, ctx.others, ctx.needs_input_grad[1:])]
@@ -650,6 +652,12 @@ def ck_variant_without_bugs(fn, *args):
     return _checkpoint_variant().apply(fn, *args)
 
 
+@wrong_("checkpoint", "never refuses torch.autograd.grad: the parameters' gradients go to .grad and the call gets "
+                      "None for them, in silence", says="returned None for parameter fc1.weight")
+def ck_silent_under_grad(fn, *args):
+    return _checkpoint_variant(refuses_grad=False).apply(fn, *args)
+
+
 @wrong_("checkpoint", "calls torch.utils.checkpoint instead of building it")
 def ck_torch(fn, *args):
     from torch.utils.checkpoint import checkpoint as torch_checkpoint
@@ -674,6 +682,8 @@ def ck_manual_rng(fn, *args):
 
         @staticmethod
         def backward(ctx, *grads):
+            if not torch.autograd._is_checkpoint_valid():
+                raise RuntimeError("torch.autograd.grad cannot see the block's parameters through this checkpoint")
             tensors = list(ctx.saved_tensors)
             inputs = []
             for a in ctx.args:
@@ -726,6 +736,8 @@ def ck_closure(fn, *args):
 
         @staticmethod
         def backward(ctx, *grads):
+            if not torch.autograd._is_checkpoint_valid():
+                raise RuntimeError("use .backward(): torch.autograd.grad misses the parameters inside fn")
             leaves = [t.detach().requires_grad_(needs) for t, needs in zip(ctx.saved_tensors, ctx.needs_input_grad)]
             with torch.random.fork_rng(devices=ctx.devices), torch.enable_grad():
                 torch.set_rng_state(ctx.cpu)
