@@ -221,3 +221,125 @@ def questions_before(nb, index: int) -> list:
     """[(notebook, question id)] of the show_question calls in the region before the exercise."""
     cells, _group = region_before(nb, index)
     return [m for c in cells if c.cell_type == "code" for m in SHOW_QUESTION.findall(c.source)]
+
+
+# --- a worked example that is the graded function itself ------------------------------------------------
+# A worked example before an exercise must work another function (curriculum, "The learner derives"): the
+# graded function's own backward, laid out op by op (07's BatchNorm table before `batchnorm_backward`), is
+# its answer, transcribed line by line. The scan reads the notation table (docs/notation.md) to know that
+# $\mu$, `mean` and `mu` are one quantity, $r$ and `rstd` another.
+NOTATION = course.ROOT / "docs" / "notation.md"
+MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$", re.S)
+# a gradient in LaTeX: d<symbol> (dr, d\sigma^2, d\hat x, dW_1, d\,\text{logits}) or \partial <symbol>
+SYMBOL = (r"(?:\\hat\s*\{?\s*[A-Za-z]\s*\}?|\\(?:text|mathrm)\{\s*\w+\s*\}|\\[A-Za-z]+(?:\^\{?\d\}?)?"
+          r"|[A-Za-z](?:_\{?\d+\}?)?(?:\^\{?\d\}?)?)")
+GRADIENT_TEX = re.compile(r"(?:\\partial\s*|(?<![A-Za-z\\])d\s*(?:\\[,;!]\s*)?)(" + SYMBOL + ")")
+GRADIENT_NAME = re.compile(r"^(?:dL_d|grad_|d)([A-Za-z]\w*)$")  # dL_dx, grad_x, dx, dmean: the gradient of x, mean
+STATEMENTS = re.compile(r"\\qquad|\\quad|;|\\\\")
+
+
+def math_word(tex: str) -> str:
+    """A LaTeX symbol as one plain word, as code would spell it: `\\hat x` is `xhat`, `\\sigma^2` is `sigma2`,
+    `W_1` is `W1`, `\\mu` is `mu`, `\\text{logits}` is `logits`."""
+    hat = re.fullmatch(r"\\hat\s*\{?\s*([A-Za-z])\s*\}?", tex.strip())
+    if hat:
+        return hat[1] + "hat"
+    text = re.fullmatch(r"\\(?:text|mathrm)\{\s*(\w+)\s*\}", tex.strip())
+    if text:
+        return text[1]
+    return re.sub(r"[\\{}_^\s]", "", tex)
+
+
+def notation_aliases(path=NOTATION) -> dict:
+    """{spelling: the quantity's name in code} for every spelling the notation table gives (formulas, code and
+    the "not" column): `mu`, `mean` and `\\mu` all name `mean`."""
+    aliases = {}
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 4 or not line.startswith("|") or set(cells[0]) <= set("-"):
+            continue
+        code = re.findall(r"`([A-Za-z_]\w*)`", cells[2])
+        if not code:  # a rule without a name in code (a layer's formula, Python's x[0]) names no quantity
+            continue
+        spellings = [math_word(m) for m in re.findall(r"\$([^$]+)\$", cells[1] + cells[3]) if re.fullmatch(SYMBOL, m)]
+        spellings += re.findall(r"`([A-Za-z_]\w*)`", cells[2] + cells[3])
+        for spelling in spellings:
+            aliases.setdefault(spelling, code[0])
+    return aliases
+
+
+def _statements(markdown: str) -> list:
+    """The LaTeX statements of a markdown text outside its hints: each math span split at ;, \\quad and line ends."""
+    text = CODE_IN_MARKDOWN.sub(" ", _outside_details(markdown))
+    return [part for m in MATH.finditer(text) for part in STATEMENTS.split(m[1] or m[2])]
+
+
+def backward_symbols_in_markdown(markdown: str) -> set:
+    """Every quantity a backward step of the text names: in each LaTeX statement whose left side is a gradient
+    (`dr = ...`, `dc \\mathrel{+}= ...`, `\\partial L/\\partial x = ...`), the gradients on both sides."""
+    found = set()
+    for statement in _statements(markdown):
+        left = statement.split("=")[0] if "=" in statement else ""
+        if GRADIENT_TEX.search(left):
+            found |= {math_word(s) for s in GRADIENT_TEX.findall(statement)}
+    return found
+
+
+def backward_symbols_in_code(source: str) -> set:
+    """Every quantity a backward step of the code names: in each assignment to a gradient (`dmean = ...`,
+    `dL_du = ...`, `grad_x += ...`), the gradients assigned and read."""
+    try:
+        tree = ast.parse(_dedented(source))
+    except SyntaxError:
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) \
+            else []
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if any(GRADIENT_NAME.match(n) for n in names):
+            read = [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)]
+            found |= {GRADIENT_NAME.match(n)[1] for n in names + read if GRADIENT_NAME.match(n)}
+    return found
+
+
+def reference_intermediates(body: str) -> set:
+    """The values the reference solution computes on its way to the answer, by name: the targets of its
+    assignments, less gradients (the answer itself) and sizes read off a shape."""
+    try:
+        tree = ast.parse(_dedented(body))
+    except SyntaxError:
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign) or _allocation_only(node.value) or _shape_only(node.value):
+            continue
+        found |= {t.id for t in node.targets if isinstance(t, ast.Name) and not GRADIENT_NAME.match(t.id)}
+    return found
+
+
+def _shape_only(node) -> bool:
+    """`x.shape[0]`, `len(x)`, `a, b = x.shape`: a size, not a value of the computation."""
+    names = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)} | \
+            {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    arithmetic = any(isinstance(n, (ast.BinOp, ast.UnaryOp)) for n in ast.walk(node))
+    return bool(names & {"shape", "len", "size", "numel", "dim", "ndim"}) and not arithmetic
+
+
+def worked_walk_of(nb, index: int, intermediates: set, aliases: dict) -> set:
+    """The reference's intermediates (by their names in code) that the text and code before `index` walk
+    backwards, outside hints: the quantities named by backward steps, read through `aliases`."""
+    walked = set()
+    for cell in nb.cells[:index]:
+        if cell.cell_type == "markdown":
+            walked |= backward_symbols_in_markdown(cell.source)
+        for code in code_of(cell):
+            walked |= backward_symbols_in_code(code)
+    canonical = {aliases.get(name, name) for name in walked}
+    return {name for name in intermediates if aliases.get(name, name) in canonical}
+
+
+def walks_the_reference(intermediates: set, walked: set) -> bool:
+    """Whether a walk that names `walked` of the reference's `intermediates` is the graded function's own: all
+    of them, or all but one when there are three or more (one step left out does not make it another function)."""
+    return len(intermediates) >= 2 and len(walked) >= max(2, len(intermediates) - 1)
