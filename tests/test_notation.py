@@ -1,9 +1,9 @@
 """One notation for the whole course (docs/notation.md): what a scan can check of it.
 
 The page is the authors' table; these tests hold the parts of it that text can show: derive questions
-count entries from 1, and the spellings the table rules out appear in no notebook but 07 (being reworked,
-issue 29). Letters that another notebook uses for another quantity (B for a batch where 03's `vjp_matmul`
-has a matrix B) are the author's to check with the table.
+count entries from 1, and the spellings the table rules out appear in no notebook (but a graded name that a
+notebook keeps and says so, 07's `dout`). Letters that another notebook uses for another quantity (B for a
+batch where 03's `vjp_matmul` has a matrix B) are the author's to check with the table.
 """
 import re
 
@@ -27,7 +27,6 @@ RULED_OUT = {
 }
 # 07's functions take `dout` by their graded signature, a switch 07 states
 ALLOWED = {"07_by_hand": {"dout"}}
-REWORKED = "07 is being reworked (issue 29): its notation list is in the issue's report"
 
 
 def table_rows() -> dict:
@@ -90,8 +89,7 @@ def _shown_text(notebook: str) -> str:
     return "\n".join(c.source for c in nb.cells) + "\n" + (quiz.read_text() if quiz.is_file() else "")
 
 
-@pytest.mark.parametrize("notebook", [pytest.param(n, marks=pytest.mark.xfail(reason=REWORKED, strict=False))
-                                      if n == "07_by_hand" else n for n in course.assignment_names()])
+@pytest.mark.parametrize("notebook", course.assignment_names())
 def test_no_notebook_writes_a_spelling_the_table_rules_out(notebook):
     text = _shown_text(notebook)
     found = {spelling: len(scan.findall(text)) for spelling, scan in RULED_OUT.items()
