@@ -58,7 +58,7 @@ def test_forward_is_embedding_linear_batchnorm_tanh_linear_cross_entropy(device)
                     ("gamma", norm.weight.grad), ("beta", norm.bias.grad), ("W2", second.weight.grad.T),
                     ("b2", second.bias.grad)]:
         torch.testing.assert_close(grads[name], g, msg=name)
-    assert set(cache) >= {"tokens", "emb", "x", "h", "xhat", "istd", "a", "logits", "logp"}
+    assert set(cache) >= {"tokens", "emb", "x", "h", "x_hat", "rstd", "a", "logits", "logp"}
     assert cache["emb"].shape == (7, 3, 4) and cache["x"].shape == (7, 12) and cache["logp"].shape == (7, 9)
 
 
@@ -108,17 +108,17 @@ def test_cases_have_what_the_hidden_tests_promise(device):
 def test_batchnorm_steps_is_batchnorm_and_its_paths_add_up(device):
     """The course's line-by-line forward is F.batch_norm's; autograd through it gives F.batch_norm's
     gradients; and the one-path gradients the hints use add up to the whole (so that "only the path
-    through xhat" means what it says)."""
+    through x_hat" means what it says)."""
     case = bh.steps_case(7, 3, seed=3, tiny=(1,), device=device)
     y, cache = bh.batchnorm_steps(case["x"], case["gamma"], torch.zeros_like(case["gamma"]), case["eps"])
     torch.testing.assert_close(y, F.batch_norm(case["x"], None, None, case["gamma"], None, training=True,
                                                eps=case["eps"]))
-    assert set(cache) == {"x", "mean", "c", "sq", "var", "r", "xhat"}
+    assert set(cache) == {"x", "mean", "c", "sq", "var", "rstd", "x_hat"}
     lines = bh.reference_steps(*case.values())
     assert list(lines) == list(bh.STEP_GRADS)
     for name, want in zip(["dx", "dgamma", "dbeta"], bh.reference_batchnorm_backward(*case.values())):
         torch.testing.assert_close(lines[name], want)
-    for line, cuts in [("dc", ("sq", "xhat")), ("dx", ("mean", "c"))]:
+    for line, cuts in [("dc", ("sq", "x_hat")), ("dx", ("mean", "c"))]:
         first, second = (steps._one_path(case, line, cut) for cut in cuts)
         torch.testing.assert_close(first + second, lines[line])
         assert not torch.allclose(first, lines[line]) and not torch.allclose(second, lines[line])
@@ -267,7 +267,7 @@ def test_checks_accept_right_answers_written_differently(entry, device):
 
 
 SLIPS = {
-    "st_no_sq_path": "dc holds only the path through xhat",
+    "st_no_sq_path": "dc holds only the path through x_hat",
     "st_no_mean_path": "dx holds only the path through c",
     "st_mean_path_not_divided": "the path through mean is N = 6 times too large",
     "st_power_factor": "dvar is wrong: its values differ from autograd's gradient of var",
@@ -275,14 +275,14 @@ SLIPS = {
     "st_dsq_not_divided": "dsq is wrong: its values differ",
     "st_dsq_unbiased": "N/(N - 1) times too large",
     "st_dmean_sign": "its sign is flipped",
-    "st_dr_not_summed": "dr is wrong: it has shape (6, 4), expected (4,)",
-    "st_dxhat_without_gamma": "dxhat lacks the factor gamma",
+    "st_dr_not_summed": "drstd is wrong: it has shape (6, 4), expected (4,)",
+    "st_dxhat_without_gamma": "dx_hat lacks the factor gamma",
     "st_autograd": "called autograd",
     "st_scales_dout_in_place": "fails for an expanded dout",
     "st_float64_lines": "dbeta is wrong: it has dtype torch.float64, expected torch.float32",
-    "bn_no_statistics_terms": "gamma * istd * dout",
+    "bn_no_statistics_terms": "gamma * rstd * dout",
     "bn_no_mean_term": "constant in each channel",
-    "bn_no_variance_term": "multiple of xhat",
+    "bn_no_variance_term": "multiple of x_hat",
     "bn_unbiased_variance": "unbiased variance",
     "bn_wrong_axis": "sum over the batch (dim 0)",
     "bn_swapped": "swapped",
@@ -593,9 +593,9 @@ def test_quiz_short_answers_and_snippets_are_computed():
     with pytest.raises(ValueError, match="more than 1 value per channel"):
         F.batch_norm(torch.randn(1, 3), None, None, training=True)
     x = torch.randn(1, 3, dtype=torch.float64)
-    xhat = (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + 1e-5)
-    assert torch.equal(xhat, torch.zeros(1, 3, dtype=torch.float64))
-    batch_of_one = question("batch-of-one-xhat")
+    x_hat = (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + 1e-5)
+    assert torch.equal(x_hat, torch.zeros(1, 3, dtype=torch.float64))
+    batch_of_one = question("batch-of-one-normalised")
     assert "0" in [batch_of_one.get("value"), *batch_of_one["accept"]]
 
     # training-diverges-at-step-one: the update slips show first at step 1

@@ -142,7 +142,7 @@ def test_a_derive_question_names_the_missing_path_and_keeps_the_answer(private_p
     ("03_vjp", "why-unbroadcast-sums", ["torch.full((3,), 4.)", "torch.ones(3) * 4", "torch.tensor([4., 4., 4.])",
                                         "4 * torch.ones_like(torch.ones(3))", "torch.arange(3) * 0 + 4"],
      ["torch.full((3,), 1.)", "torch.full((4,), 4.)", "torch.arange(3)"]),
-    ("07_by_hand", "batch-of-one-xhat", ["zero", "Zero.", "0"], ["one", "ten"]),
+    ("07_by_hand", "batch-of-one-normalised", ["zero", "Zero.", "0"], ["one", "ten"]),
 ])
 def test_short_answers_take_calls_numbers_in_words_and_tensors_built_any_way(notebook, question_id, right, wrong):
     question = quiz_schema.find_question(notebook, question_id)

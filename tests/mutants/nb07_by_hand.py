@@ -13,33 +13,33 @@ right_ = functools.partial(right, NB)
 
 # batchnorm_backward(dout, x, gamma, eps=1e-5) ------------------------------------------------------
 # (first entry: a plain function, pasted into a submission by the nbgrader end-to-end test)
-@wrong_("batchnorm_backward", "treats the mean and the variance as constants: dx = gamma * istd * dout")
+@wrong_("batchnorm_backward", "treats the mean and the variance as constants: dx = gamma * rstd * dout")
 def bn_no_statistics_terms(dout, x, gamma, eps=1e-5):
     mean = x.mean(0)
     var = ((x - mean) ** 2).mean(0)
-    istd = (var + eps) ** -0.5
-    xhat = (x - mean) * istd
-    return gamma * istd * dout, (dout * xhat).sum(0), dout.sum(0)
+    rstd = (var + eps) ** -0.5
+    x_hat = (x - mean) * rstd
+    return gamma * rstd * dout, (dout * x_hat).sum(0), dout.sum(0)
 
 
 @wrong_("batchnorm_backward", "forgets the term from the mean: dx off by a constant in each channel")
 def bn_no_mean_term(dout, x, gamma, eps=1e-5):
     N = x.shape[0]
     mean = x.mean(0)
-    istd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
-    xhat = (x - mean) * istd
-    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
-    return gamma * istd / N * (N * dout - xhat * dgamma), dgamma, dbeta
+    rstd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
+    x_hat = (x - mean) * rstd
+    dbeta, dgamma = dout.sum(0), (dout * x_hat).sum(0)
+    return gamma * rstd / N * (N * dout - x_hat * dgamma), dgamma, dbeta
 
 
-@wrong_("batchnorm_backward", "forgets the term from the variance: dx off by a multiple of xhat in each channel")
+@wrong_("batchnorm_backward", "forgets the term from the variance: dx off by a multiple of x_hat in each channel")
 def bn_no_variance_term(dout, x, gamma, eps=1e-5):
     N = x.shape[0]
     mean = x.mean(0)
-    istd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
-    xhat = (x - mean) * istd
-    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
-    return gamma * istd / N * (N * dout - dbeta), dgamma, dbeta
+    rstd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
+    x_hat = (x - mean) * rstd
+    dbeta, dgamma = dout.sum(0), (dout * x_hat).sum(0)
+    return gamma * rstd / N * (N * dout - dbeta), dgamma, dbeta
 
 
 @wrong_("batchnorm_backward", "normalises with the unbiased variance (torch.var's default), op by op")
@@ -49,32 +49,32 @@ def bn_unbiased_variance(dout, x, gamma, eps=1e-5):
     c = x - mean
     var = x.var(0)  # unbiased: divides by N - 1
     r = (var + eps) ** -0.5
-    xhat = c * r
-    dxhat = dout * gamma
-    dr = (dxhat * c).sum(0)
+    x_hat = c * r
+    dx_hat = dout * gamma
+    dr = (dx_hat * c).sum(0)
     dvar = -0.5 * r ** 3 * dr
-    dc = dxhat * r + 2 / (N - 1) * c * dvar
-    return dc - dc.mean(0), (dout * xhat).sum(0), dout.sum(0)
+    dc = dx_hat * r + 2 / (N - 1) * c * dvar
+    return dc - dc.mean(0), (dout * x_hat).sum(0), dout.sum(0)
 
 
 @wrong_("batchnorm_backward", "sums dgamma and dbeta over the channels (dim 1) instead of the batch")
 def bn_wrong_axis(dout, x, gamma, eps=1e-5):
     N = x.shape[0]
     mean = x.mean(0)
-    istd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
-    xhat = (x - mean) * istd
-    dx = gamma * istd / N * (N * dout - dout.sum(0) - xhat * (dout * xhat).sum(0))
-    return dx, (dout * xhat).sum(1), dout.sum(1)
+    rstd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
+    x_hat = (x - mean) * rstd
+    dx = gamma * rstd / N * (N * dout - dout.sum(0) - x_hat * (dout * x_hat).sum(0))
+    return dx, (dout * x_hat).sum(1), dout.sum(1)
 
 
 @wrong_("batchnorm_backward", "dgamma and dbeta swapped")
 def bn_swapped(dout, x, gamma, eps=1e-5):
     N = x.shape[0]
     mean = x.mean(0)
-    istd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
-    xhat = (x - mean) * istd
-    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
-    return gamma * istd / N * (N * dout - dbeta - xhat * dgamma), dbeta, dgamma
+    rstd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
+    x_hat = (x - mean) * rstd
+    dbeta, dgamma = dout.sum(0), (dout * x_hat).sum(0)
+    return gamma * rstd / N * (N * dout - dbeta - x_hat * dgamma), dbeta, dgamma
 
 
 @wrong_("batchnorm_backward", "eps added to the standard deviation, not to the variance")
@@ -82,30 +82,30 @@ def bn_eps_outside(dout, x, gamma, eps=1e-5):
     N = x.shape[0]
     mean = x.mean(0)
     std = ((x - mean) ** 2).mean(0).sqrt()
-    istd = 1 / (std + eps)
-    xhat = (x - mean) * istd
-    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
-    return gamma * istd / N * (N * dout - dbeta - xhat * dgamma), dgamma, dbeta
+    rstd = 1 / (std + eps)
+    x_hat = (x - mean) * rstd
+    dbeta, dgamma = dout.sum(0), (dout * x_hat).sum(0)
+    return gamma * rstd / N * (N * dout - dbeta - x_hat * dgamma), dgamma, dbeta
 
 
 @wrong_("batchnorm_backward", "dx without the factor gamma")
 def bn_no_gamma(dout, x, gamma, eps=1e-5):
     N = x.shape[0]
     mean = x.mean(0)
-    istd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
-    xhat = (x - mean) * istd
-    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
-    return istd / N * (N * dout - dbeta - xhat * dgamma), dgamma, dbeta
+    rstd = (((x - mean) ** 2).mean(0) + eps) ** -0.5
+    x_hat = (x - mean) * rstd
+    dbeta, dgamma = dout.sum(0), (dout * x_hat).sum(0)
+    return rstd / N * (N * dout - dbeta - x_hat * dgamma), dgamma, dbeta
 
 
-@wrong_("batchnorm_backward", "takes xhat from F.batch_norm (forbidden inside the exercise)")
+@wrong_("batchnorm_backward", "takes x_hat from F.batch_norm (forbidden inside the exercise)")
 def bn_calls_f_batch_norm(dout, x, gamma, eps=1e-5):
     import torch.nn.functional as F
     N = x.shape[0]
-    xhat = F.batch_norm(x, None, None, training=True, eps=eps)
-    istd = (((x - x.mean(0)) ** 2).mean(0) + eps) ** -0.5
-    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
-    return gamma * istd / N * (N * dout - dbeta - xhat * dgamma), dgamma, dbeta
+    x_hat = F.batch_norm(x, None, None, training=True, eps=eps)
+    rstd = (((x - x.mean(0)) ** 2).mean(0) + eps) ** -0.5
+    dbeta, dgamma = dout.sum(0), (dout * x_hat).sum(0)
+    return gamma * rstd / N * (N * dout - dbeta - x_hat * dgamma), dgamma, dbeta
 
 
 @wrong_("batchnorm_backward", "asks autograd")
@@ -134,23 +134,23 @@ def bn_op_by_op(dout, x, gamma, eps=1e-5):
     c = x - mean
     var = (c * c).mean(0)
     r = (var + eps) ** -0.5
-    xhat = c * r
-    dxhat = dout * gamma
-    dr = (dxhat * c).sum(0)
+    x_hat = c * r
+    dx_hat = dout * gamma
+    dr = (dx_hat * c).sum(0)
     dvar = -0.5 * r ** 3 * dr
-    dc = dxhat * r + 2 / N * c * dvar
+    dc = dx_hat * r + 2 / N * c * dvar
     dmean = -dc.sum(0)
-    return dc + dmean / N, (dout * xhat).sum(0), dout.sum(0)
+    return dc + dmean / N, (dout * x_hat).sum(0), dout.sum(0)
 
 
 @right_("batchnorm_backward", "fused with means instead of sums, torch.var_mean and rsqrt")
 def bn_means(dout, x, gamma, eps=1e-5):
     import torch
     var, mean = torch.var_mean(x, 0, unbiased=False)
-    istd = torch.rsqrt(var + eps)
-    xhat = (x - mean) * istd
-    dx = gamma * istd * (dout - dout.mean(0) - xhat * (dout * xhat).mean(0))
-    return dx, (dout * xhat).sum(0), dout.sum(0)
+    rstd = torch.rsqrt(var + eps)
+    x_hat = (x - mean) * rstd
+    dx = gamma * rstd * (dout - dout.mean(0) - x_hat * (dout * x_hat).mean(0))
+    return dx, (dout * x_hat).sum(0), dout.sum(0)
 
 
 # batchnorm_steps_backward(dout, cache, gamma) -------------------------------------------------------------
@@ -158,21 +158,21 @@ def _lines(dout, cache, gamma, *, gamma_factor=True, sum_dr=True, half=True, eps
            sq_path=True, mean_sign=-1, mean_path=True, divide_mean=True):
     """BatchNorm's backward line by line, with switches that turn one line into a learner's slip."""
     N = dout.shape[0]
-    c, r, xhat = cache["c"], cache["r"], cache["xhat"]
-    g = {"dbeta": dout.sum(0), "dgamma": (dout * xhat).sum(0)}
-    g["dxhat"] = dout * gamma if gamma_factor else dout
-    g["dr"] = (g["dxhat"] * c).sum(0) if sum_dr else g["dxhat"] * c
+    c, r, x_hat = cache["c"], cache["rstd"], cache["x_hat"]
+    g = {"dbeta": dout.sum(0), "dgamma": (dout * x_hat).sum(0)}
+    g["dx_hat"] = dout * gamma if gamma_factor else dout
+    g["drstd"] = (g["dx_hat"] * c).sum(0) if sum_dr else g["dx_hat"] * c
     power = r ** 3 if eps_in_r else cache["var"] ** -1.5
-    g["dvar"] = (-0.5 if half else -1.0) * power * g["dr"]
+    g["dvar"] = (-0.5 if half else -1.0) * power * g["drstd"]
     g["dsq"] = g["dvar"].expand_as(c) / (N if divide_sq == 1 else N - 1 if divide_sq == "N - 1" else 1)
-    g["dc"] = g["dxhat"] * r + (2 * c * g["dsq"] if sq_path else 0)
+    g["dc"] = g["dx_hat"] * r + (2 * c * g["dsq"] if sq_path else 0)
     g["dmean"] = mean_sign * g["dc"].sum(0)
     g["dx"] = g["dc"] + ((g["dmean"] / N if divide_mean else g["dmean"]) if mean_path else 0)
     return g
 
 
-@wrong_("batchnorm_steps_backward", "dc from xhat's path only: c is also read by sq", says="dc holds only the path "
-        "through xhat")
+@wrong_("batchnorm_steps_backward", "dc from x_hat's path only: c is also read by sq", says="dc holds only the path "
+        "through x_hat")
 def st_no_sq_path(dout, cache, gamma):
     from mutants.nb07_by_hand import _lines
     return _lines(dout, cache, gamma, sq_path=False)
@@ -226,13 +226,14 @@ def st_dmean_sign(dout, cache, gamma):
     return _lines(dout, cache, gamma, mean_sign=1)
 
 
-@wrong_("batchnorm_steps_backward", "dr = dxhat * c, not summed over the batch", says="dr is wrong: it has shape")
+@wrong_("batchnorm_steps_backward", "drstd = dx_hat * c, not summed over the batch",
+        says="drstd is wrong: it has shape")
 def st_dr_not_summed(dout, cache, gamma):
     from mutants.nb07_by_hand import _lines
     return _lines(dout, cache, gamma, sum_dr=False)
 
 
-@wrong_("batchnorm_steps_backward", "dxhat = dout: gamma's factor forgotten", says="dxhat lacks the factor gamma")
+@wrong_("batchnorm_steps_backward", "dx_hat = dout: gamma's factor forgotten", says="dx_hat lacks the factor gamma")
 def st_dxhat_without_gamma(dout, cache, gamma):
     from mutants.nb07_by_hand import _lines
     return _lines(dout, cache, gamma, gamma_factor=False)
@@ -250,26 +251,26 @@ def st_autograd(dout, cache, gamma):
     sq = c ** 2
     var = sq.mean(0)
     r = (var + 1e-5) ** -0.5
-    xhat = c * r
-    values = [beta, gamma, xhat, r, var, sq, c, mean, x]
-    grads = torch.autograd.grad(gamma * xhat + beta, values, dout)
-    return dict(zip(["dbeta", "dgamma", "dxhat", "dr", "dvar", "dsq", "dc", "dmean", "dx"], grads))
+    x_hat = c * r
+    values = [beta, gamma, x_hat, r, var, sq, c, mean, x]
+    grads = torch.autograd.grad(gamma * x_hat + beta, values, dout)
+    return dict(zip(["dbeta", "dgamma", "dx_hat", "drstd", "dvar", "dsq", "dc", "dmean", "dx"], grads))
 
 
-@right_("batchnorm_steps_backward", "with xhat, keepdim=True columns and torch.ones_like, squeezed at the end")
+@right_("batchnorm_steps_backward", "with x_hat, keepdim=True columns and torch.ones_like, squeezed at the end")
 def st_keepdim(dout, cache, gamma):
     import torch
     N = dout.shape[0]
-    c, xhat = cache["c"], cache["xhat"]
-    r = cache["r"].unsqueeze(0)                                     # (1, C)
-    dxhat = dout * gamma
-    dr = (dxhat * xhat).sum(0, keepdim=True) / r                    # c = xhat / r
+    c, x_hat = cache["c"], cache["x_hat"]
+    r = cache["rstd"].unsqueeze(0)                                     # (1, C)
+    dx_hat = dout * gamma
+    dr = (dx_hat * x_hat).sum(0, keepdim=True) / r                    # c = x_hat / r
     dvar = -0.5 * torch.pow(r, 3) * dr
     dsq = torch.ones_like(c) * dvar / N
-    dc = r * dxhat + 2 * c * dsq
+    dc = r * dx_hat + 2 * c * dsq
     dmean = -dc.sum(0, keepdim=True)
     dx = dc + torch.ones_like(c) * dmean / N
-    return {"dbeta": dout.sum(0), "dgamma": (xhat * dout).sum(0), "dxhat": dxhat, "dr": dr.squeeze(0),
+    return {"dbeta": dout.sum(0), "dgamma": (x_hat * dout).sum(0), "dx_hat": dx_hat, "drstd": dr.squeeze(0),
             "dvar": dvar.squeeze(0), "dsq": dsq, "dc": dc, "dmean": dmean.squeeze(0), "dx": dx}
 
 
@@ -458,10 +459,10 @@ def _backward(params, cache, targets, *, divide=True, one_hot=True, slope_from="
     g["b2"], g["W2"] = dlogits.sum(0), cache["a"].T @ dlogits
     slope = 1 - cache[slope_from] ** 2
     dbn = dlogits @ params["W2"].T * slope
-    xhat, istd = cache["xhat"], cache["istd"]
-    g["beta"], g["gamma"] = dbn.sum(0), (dbn * xhat).sum(0)
-    dxhat = dbn * params["gamma"]
-    dh = istd * (dxhat - dxhat.mean(0) - xhat * (dxhat * xhat).mean(0)) if bn_terms else istd * dxhat
+    x_hat, rstd = cache["x_hat"], cache["rstd"]
+    g["beta"], g["gamma"] = dbn.sum(0), (dbn * x_hat).sum(0)
+    dx_hat = dbn * params["gamma"]
+    dh = rstd * (dx_hat - dx_hat.mean(0) - x_hat * (dx_hat * x_hat).mean(0)) if bn_terms else rstd * dx_hat
     g["b1"], g["W1"] = dh.sum(0), cache["x"].T @ dh
     demb = (dh @ params["W1"].T).reshape(-1, cache["emb"].shape[-1])
     g["C"] = torch.zeros_like(params["C"])
@@ -531,9 +532,9 @@ def mb_op_by_op(params, cache, targets):
     mean = h.mean(0)
     c = h - mean
     r = ((c * c).mean(0) + 1e-5) ** -0.5
-    dxhat = dbn * params["gamma"]
-    dvar = -0.5 * r ** 3 * (dxhat * c).sum(0)
-    dc = dxhat * r + 2 / N * c * dvar
+    dx_hat = dbn * params["gamma"]
+    dvar = -0.5 * r ** 3 * (dx_hat * c).sum(0)
+    dc = dx_hat * r + 2 / N * c * dvar
     dh = dc - dc.sum(0) / N
     demb = (dh @ params["W1"].T).reshape(-1, params["C"].shape[1])
     onehot = F.one_hot(cache["tokens"].reshape(-1), params["C"].shape[0]).to(demb.dtype)
@@ -687,9 +688,9 @@ def bn_one_pass_variance(dout, x, gamma, eps=1e-5):
     mean = x.mean(0)
     var = (x * x).mean(0) - mean * mean
     r = (var + eps) ** -0.5
-    xhat = (x - mean) * r
-    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
-    return gamma * r / N * (N * dout - dbeta - xhat * dgamma), dgamma, dbeta
+    x_hat = (x - mean) * r
+    dbeta, dgamma = dout.sum(0), (dout * x_hat).sum(0)
+    return gamma * r / N * (N * dout - dbeta - x_hat * dgamma), dgamma, dbeta
 
 
 @wrong_("batchnorm_backward", "scales dout by gamma in place: writes into the caller's gradient",
@@ -697,10 +698,10 @@ def bn_one_pass_variance(dout, x, gamma, eps=1e-5):
 def bn_scales_dout_in_place(dout, x, gamma, eps=1e-5):
     mean = x.mean(0)
     r = (((x - mean) ** 2).mean(0) + eps) ** -0.5
-    xhat = (x - mean) * r
-    dbeta, dgamma = dout.sum(0), (dout * xhat).sum(0)
-    dout *= gamma  # now d xhat, in the caller's tensor
-    return r * (dout - dout.mean(0) - xhat * (dout * xhat).mean(0)), dgamma, dbeta
+    x_hat = (x - mean) * r
+    dbeta, dgamma = dout.sum(0), (dout * x_hat).sum(0)
+    dout *= gamma  # now d x_hat, in the caller's tensor
+    return r * (dout - dout.mean(0) - x_hat * (dout * x_hat).mean(0)), dgamma, dbeta
 
 
 @wrong_("batchnorm_backward", "dgamma and dbeta accumulated into torch.zeros(C): float32 for float64 inputs",
@@ -710,11 +711,11 @@ def bn_float32_accumulators(dout, x, gamma, eps=1e-5):
     N, C = x.shape
     mean = x.mean(0)
     r = (((x - mean) ** 2).mean(0) + eps) ** -0.5
-    xhat = (x - mean) * r
+    x_hat = (x - mean) * r
     dgamma, dbeta = torch.zeros(C), torch.zeros(C)
-    dgamma += (dout * xhat).sum(0)
+    dgamma += (dout * x_hat).sum(0)
     dbeta += dout.sum(0)
-    return gamma * r / N * (N * dout - dout.sum(0) - xhat * (dout * xhat).sum(0)), dgamma, dbeta
+    return gamma * r / N * (N * dout - dout.sum(0) - x_hat * (dout * x_hat).sum(0)), dgamma, dbeta
 
 
 @wrong_("embedding_backward", "flattens dout with .view(-1, D): fails on a strided gradient",
@@ -757,12 +758,12 @@ def mb_view_tokens(params, cache, targets):
     return _backward(params, cache, targets, view_tokens=True)
 
 
-@wrong_("batchnorm_steps_backward", "scales dout by gamma in place to get dxhat: writes into the caller's gradient",
+@wrong_("batchnorm_steps_backward", "scales dout by gamma in place to get dx_hat: writes into the caller's gradient",
         says="an expanded dout")
 def st_scales_dout_in_place(dout, cache, gamma):
     from mutants.nb07_by_hand import _lines
-    dbeta, dgamma = dout.sum(0), (dout * cache["xhat"]).sum(0)
-    dout *= gamma  # now dxhat, in the caller's tensor
+    dbeta, dgamma = dout.sum(0), (dout * cache["x_hat"]).sum(0)
+    dout *= gamma  # now dx_hat, in the caller's tensor
     return dict(_lines(dout, cache, 1.0), dbeta=dbeta, dgamma=dgamma)
 
 

@@ -54,8 +54,8 @@ BN_SLIPS = {
     "no mean term": "dx misses the term that comes from the mean depending on every x: your dx differs "
                     "from the reference by a constant in each channel",
     "no variance term": "dx misses the term that comes from the variance depending on every x: your dx "
-                        "differs from the reference by a multiple of xhat in each channel",
-    "no mean or variance term": "dx is gamma * istd * dout: the two terms that come from the mean and the "
+                        "differs from the reference by a multiple of x_hat in each channel",
+    "no mean or variance term": "dx is gamma * rstd * dout: the two terms that come from the mean and the "
                                 "variance depending on every x are missing",
     "unbiased": "these are the gradients of BatchNorm normalised with the unbiased variance (divided by "
                 "N - 1); training-mode BatchNorm normalises with the biased one (divided by N)",
@@ -72,11 +72,11 @@ def _batchnorm_hint(got, expected, case):
     if any(isinstance(t, torch.Tensor) and t.shape == (n,) != (c,) for t in (dgamma, dbeta)):
         return "dgamma and dbeta have one value per channel: sum over the batch (dim 0), not over the channels"
     if _matches(dgamma, expected[2]) and _matches(dbeta, expected[1]):
-        return "dgamma and dbeta are swapped: dbeta = sum of dout, dgamma = sum of dout * xhat"
+        return "dgamma and dbeta are swapped: dbeta = sum of dout, dgamma = sum of dout * x_hat"
     if n == c and _matches(dbeta, case["dout"].sum(1)):
         return "dbeta is summed over the channels (dim 1); sum over the batch (dim 0)"
     if _matches(dx, expected[0] / case["gamma"]):
-        return "dx lacks the factor gamma: the output is gamma * xhat + beta"
+        return "dx lacks the factor gamma: the output is gamma * x_hat + beta"
     if isinstance(dx, torch.Tensor) and dx.shape == expected[0].shape and dx.device == expected[0].device:
         wrong = ~torch.isclose(dx.double(), expected[0].double(), **CLOSE).all(0)
         small = case["x"].var(0, unbiased=False) < 100 * case["eps"]

@@ -54,15 +54,15 @@ def forward(params, tokens, targets, eps=EPS):
     h = x @ W1 + b1                             # (N, H)
     mean = h.mean(0)                            # (H,)
     var = ((h - mean) ** 2).mean(0)             # (H,)       biased: divided by N
-    istd = (var + eps) ** -0.5                  # (H,)
-    xhat = (h - mean) * istd                    # (N, H)     each column: mean 0, variance ~1
-    bn = gamma * xhat + beta                    # (N, H)
+    rstd = (var + eps) ** -0.5                  # (H,)
+    x_hat = (h - mean) * rstd                   # (N, H)     each column: mean 0, variance ~1
+    bn = gamma * x_hat + beta                   # (N, H)
     a = torch.tanh(bn)                          # (N, H)
     logits = a @ W2 + b2                        # (N, V)
     logp = logits.log_softmax(-1)               # (N, V)
     loss = -logp[torch.arange(N, device=tokens.device), targets].mean()
-    cache = {"tokens": tokens, "emb": emb, "x": x, "h": h, "mean": mean, "var": var, "istd": istd,
-             "xhat": xhat, "bn": bn, "a": a, "logits": logits, "logp": logp}
+    cache = {"tokens": tokens, "emb": emb, "x": x, "h": h, "mean": mean, "var": var, "rstd": rstd,
+             "x_hat": x_hat, "bn": bn, "a": a, "logits": logits, "logp": logp}
     return loss, cache
 
 
@@ -104,5 +104,5 @@ def _bn_forward(h, gamma, beta, eps, slip=None):
         mean = mean.detach()
     if slip in ("no variance term", "no mean or variance term"):
         var = var.detach()
-    istd = {"eps outside": 1 / (var.sqrt() + eps), "no eps": 1 / var.sqrt()}.get(slip, (var + eps) ** -0.5)
-    return gamma * (h - mean) * istd + beta
+    rstd = {"eps outside": 1 / (var.sqrt() + eps), "no eps": 1 / var.sqrt()}.get(slip, (var + eps) ** -0.5)
+    return gamma * (h - mean) * rstd + beta

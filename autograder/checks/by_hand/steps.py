@@ -19,8 +19,8 @@ from autograder.learner import inputs
 from autograder.learner.device import get_device
 
 # The gradients the answer returns, in the order backward reaches them, and the value each one is of.
-STEP_GRADS = ("dbeta", "dgamma", "dxhat", "dr", "dvar", "dsq", "dc", "dmean", "dx")
-_OF = {"dbeta": "beta", "dgamma": "gamma", "dxhat": "xhat", "dr": "r", "dvar": "var", "dsq": "sq", "dc": "c",
+STEP_GRADS = ("dbeta", "dgamma", "dx_hat", "drstd", "dvar", "dsq", "dc", "dmean", "dx")
+_OF = {"dbeta": "beta", "dgamma": "gamma", "dx_hat": "x_hat", "drstd": "rstd", "dvar": "var", "dsq": "sq", "dc": "c",
        "dmean": "mean", "dx": "x"}
 
 
@@ -31,15 +31,15 @@ def batchnorm_steps(x, gamma, beta, eps=EPS):
     c = x - mean                  # (N, C)  the centred values
     sq = c ** 2                   # (N, C)
     var = sq.mean(0)              # (C,)    the biased variance: divided by N
-    r = (var + eps) ** -0.5       # (C,)    one over the standard deviation
-    xhat = c * r                  # (N, C)  each column: mean 0, variance just under 1
-    y = gamma * xhat + beta       # (N, C)
-    return y, {"x": x, "mean": mean, "c": c, "sq": sq, "var": var, "r": r, "xhat": xhat}
+    rstd = (var + eps) ** -0.5    # (C,)    one over the standard deviation
+    x_hat = c * rstd              # (N, C)  each column: mean 0, variance just under 1
+    y = gamma * x_hat + beta      # (N, C)
+    return y, {"x": x, "mean": mean, "c": c, "sq": sq, "var": var, "rstd": rstd, "x_hat": x_hat}
 
 
 def steps_case(n, c, *, seed, tiny=(), dtype=torch.float64, device=None, eps=EPS):
     """{dout, x, gamma, eps} for an (n, c) input; channels in `tiny` have a standard deviation of 5e-4
-    or 1.5e-3 (a variance below or near eps, where leaving eps out of r's derivative shows)."""
+    or 1.5e-3 (a variance below or near eps, where leaving eps out of rstd's derivative shows)."""
     device = device or get_device()
     x = inputs.randn(n, c, seed=seed, dtype=dtype, device=device, scale=2.0) + 0.5
     for k, channel in enumerate(tiny):
@@ -60,14 +60,14 @@ def reference_steps(dout, x, gamma, eps=EPS):
 
 def _one_path(case, line, cut):
     """Autograd's gradient of `line` ("dc" or "dx") along one path alone: `batchnorm_steps`'s lines with
-    one use detached, "sq" (c reaches y only through xhat), "xhat" (only through sq), "mean" (x only
+    one use detached, "sq" (c reaches y only through x_hat), "x_hat" (only through sq), "mean" (x only
     through c) or "c" (x only through mean)."""
     x, gamma = (t.detach().clone().requires_grad_() for t in (case["x"], case["gamma"]))
     with torch.enable_grad():
         mean = (x.detach() if cut == "mean" else x).mean(0)
         c = (x.detach() if cut == "c" else x) - mean
-        r = ((c.detach() if cut == "sq" else c) ** 2).mean(0).add(case["eps"]) ** -0.5
-        y = gamma * (c.detach() if cut == "xhat" else c) * r
+        rstd = ((c.detach() if cut == "sq" else c) ** 2).mean(0).add(case["eps"]) ** -0.5
+        y = gamma * (c.detach() if cut == "x_hat" else c) * rstd
         return _grads(y, [c if line == "dc" else x], case["dout"])[0]
 
 
@@ -90,7 +90,7 @@ def _factors(n):
 
 
 _PATHS = {  # line: (the value, its two readers, and the cut that keeps each reader's path alone)
-    "dc": ("c", ("xhat", "sq"), ("sq", "xhat")),
+    "dc": ("c", ("x_hat", "sq"), ("sq", "x_hat")),
     "dx": ("x", ("c", "mean"), ("mean", "c")),
 }
 
@@ -113,7 +113,7 @@ def _path_hint(line, got, case):
 
 
 _SHAPES = {  # a gradient of a per-column value returned per entry, or the other way round
-    "dr": "r is one number per column, used by all N rows of xhat: add up the N rows' contributions (a sum over "
+    "drstd": "rstd is one number per column, used by all N rows of x_hat: add up the N rows' contributions (a sum over "
           "the batch, dim 0)",
     "dvar": "var is one number per column: its gradient has shape (C,)",
     "dmean": "mean is one number per column, subtracted from all N rows: add up the N rows' contributions (a sum "
@@ -139,10 +139,10 @@ def _ratio(got, expected):
 
 def _line_hint(line, got, expected, case):
     """What is missing from `line` (its form right, its values wrong), or ''."""
-    if line == "dxhat" and _matches(got, case["dout"]):
-        return "dxhat lacks the factor gamma: y = gamma * xhat + beta"
+    if line == "dx_hat" and _matches(got, case["dout"]):
+        return "dx_hat lacks the factor gamma: y = gamma * x_hat + beta"
     if line == "dbeta" and _matches(got, expected["dgamma"]) or line == "dgamma" and _matches(got, expected["dbeta"]):
-        return "dgamma and dbeta are swapped: beta is added to every row, gamma multiplies xhat"
+        return "dgamma and dbeta are swapped: beta is added to every row, gamma multiplies x_hat"
     found = _path_hint(line, got, case) if line in _PATHS else ""
     if found:
         return found
@@ -156,10 +156,10 @@ def _line_hint(line, got, expected, case):
         small = case["x"].var(0, unbiased=False) < 100 * case["eps"]
         if wrong.any() and bool(small[wrong].all()):
             return (f"only the columns whose variance is near eps ({wrong.nonzero().flatten().tolist()}) are wrong: "
-                    "r = (var + eps) ** -0.5 holds eps, and so does its derivative")
+                    "rstd = (var + eps) ** -0.5 holds eps, and so does its derivative")
         if not wrong.any():
             return ("every entry is within 0.1% of autograd's but not within round-off: a small systematic "
-                    "difference, such as eps left out or in another place (r = (var + eps) ** -0.5 holds it)")
+                    "difference, such as eps left out or in another place (rstd = (var + eps) ** -0.5 holds it)")
     return ""
 
 
@@ -195,7 +195,7 @@ def _check_lines(exercise, got, expected, case, shown, tolerance, hints):
 
 
 def check_batchnorm_steps(exercise, fn, cases, stress=None, what="dout"):
-    """`fn(dout, cache, gamma)` returns {dbeta, dgamma, dxhat, dr, dvar, dsq, dc, dmean, dx}: each the
+    """`fn(dout, cache, gamma)` returns {dbeta, dgamma, dx_hat, drstd, dvar, dsq, dc, dmean, dx}: each the
     gradient of the loss with respect to that intermediate of `batchnorm_steps`, all paths added, equal
     to autograd's; checked line by line in backward order, the first wrong one named.
 
