@@ -20,7 +20,8 @@ A flag is not a verdict: the judge's refusals cost their points, the rest is the
 import dataclasses
 
 from autograder.grader import judge
-from autograder.grader.reading import Finding, NotebookCode, Reader, Site, code_cells
+from autograder.grader.notebook_code import Finding, NotebookCode, Site, code_cells
+from autograder.grader.reading import Reader
 
 SHOWN_CHARS = 200  # of a flagged line, in the report
 

@@ -27,7 +27,8 @@ from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from autograder.grader import colab
-from autograder.grader.reading import Finding, NotebookCode, Reader, Site, code_cells, is_test_cell, lookup
+from autograder.grader.notebook_code import Finding, NotebookCode, Site, code_cells, is_test_cell, lookup
+from autograder.grader.reading import Reader
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,13 +129,12 @@ KERNEL_MATHS = Rule("in this exercise all the maths is in your Triton kernels", 
 
 # (notebook, graded name) -> the rule its answer is judged by. Grade cells are matched by their grade_id
 # up to an optional "-behaviour" (`graded_name`). tests/test_judge.py checks that every grade cell whose
-# checks refuse autograd or forbid a call has its rule here.
+# checks refuse autograd or forbid a call (in the kernel) has its rule here.
 RULES = {
     **{("01_chain_rule", n): NO_AUTOGRAD for n in ("linear_mse_grad", "two_layer_backward", "numerical_grad",
                                                    "sigmoid_grad", "relu_grad", "softmax_jacobian",
                                                    "softmax_xent_grad")},
-    ("02_micrograd", "Value"): NO_AUTOGRAD,
-    ("02_micrograd", "MLP"): NO_AUTOGRAD,
+    **{("02_micrograd", n): NO_AUTOGRAD for n in ("Value", "MLP", "draw_dot")},
     **{("03_vjp", n): NO_AUTOGRAD for n in ("vjp_relu", "vjp_sigmoid", "vjp_tanh", "vjp_linear", "vjp_matmul",
                                             "vjp_softmax", "vjp_log_softmax", "vjp_layernorm", "StraightThroughRound",
                                             "Tensor")},
@@ -143,9 +143,9 @@ RULES = {
     ("05_loss_scaling", "DynamicLossScaler"): NO_GRADSCALER,
     ("06_checkpointing", "saved_bytes"): NO_COUNTERS,
     **{("06_checkpointing", n): NO_TORCH_CHECKPOINT for n in ("checkpoint", "checkpoint_sequential")},
-    **{("07_by_hand", n): NO_AUTOGRAD + NO_BATCHNORM for n in ("embedding_backward", "batchnorm_backward",
-                                                               "batchnorm_update_running", "manual_backward",
-                                                               "train_by_hand")},
+    **{("07_by_hand", n): NO_AUTOGRAD + NO_BATCHNORM for n in ("embedding_backward", "batchnorm_steps_backward",
+                                                               "batchnorm_backward", "batchnorm_update_running",
+                                                               "manual_backward", "train_by_hand")},
     ("08_higher_order", "hvp"): NO_FUNC_TRANSFORMS,
     ("08_higher_order", "SmoothAbs"): NO_AUTOGRAD,
     **{("09_kernels", n): KERNEL_MATHS for n in ("silu_forward", "silu_backward", "TritonSiLU", "rmsnorm_forward",
@@ -245,7 +245,7 @@ def graded_name(grade_id: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     graded: str
-    finding: object  # reading.Finding
+    finding: object  # notebook_code.Finding
     rule: object  # the Rule or Rules; None: the notebook's top level, not the answer, was at fault
 
     def message(self) -> str:

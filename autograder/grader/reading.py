@@ -1,12 +1,10 @@
 """Read a submitted notebook's code as code, never running it: for the judge and the flags.
 
-A notebook is its code cells, parsed as IPython runs them (magics turned into Python first).
-`NotebookCode` knows every name the cells bind at top level (a definition, an import, an
-assignment), so that a name used anywhere can be followed to what it stands for: a definition of
-the notebook, a module, or an attribute chain on a module (`torch.autograd.grad`, however it was
-imported or renamed, `torch.nn.functional.torch.autograd.grad` included: chains are looked up on the
-real modules, here in the grader, and compared by identity). `Reader` walks code and reports, as
-`Finding`s, what no honest answer needs and what the judge cannot follow: reflection (computed
+`Reader` walks code of a notebook (`autograder.grader.notebook_code`) and follows every name to what
+it stands for: a definition of the notebook, a module, or an attribute chain on a module
+(`torch.autograd.grad`, however it was imported or renamed, `torch.nn.functional.torch.autograd.grad`
+included: chains are looked up on the real modules, here in the grader, and compared by identity).
+It reports, as `Finding`s, what no honest answer needs and what the judge cannot follow: reflection (computed
 `getattr`, `exec`, `importlib`, frames, `sys.modules`, `gc`, ...), private parts of a library
 (`torch._C`), stores on a module (a patch), modules it does not read; and, given a rule
 (`autograder.grader.judge`), what that rule forbids. What it does not follow: values handed to a
@@ -14,26 +12,28 @@ function as arguments (a parameter is whatever the caller passes).
 """
 import ast
 import builtins
-import dataclasses
-import functools
-import importlib
-import importlib.util
 import re
-import site
-import sys
 import types
 
-from IPython.core.inputtransformer2 import TransformerManager
+from autograder.grader.notebook_code import (
+    KNOWN_MODULES,
+    UNKNOWN,
+    Builtin,
+    Cell,
+    Definition,
+    Finding,
+    NotebookCode,
+    Path,
+    Scope,
+    canonical,
+    installed,
+    lookup,
+    magic,
+    nested_statements,
+    parse_cell,
+)
 
-# Modules a submission may use and the judge reads (looked up here, in the grader, by their public
-# names only). A module outside this list, or in DENIED, is code or reflection the judge cannot follow.
-KNOWN_MODULES = frozenset({
-    "torch", "numpy", "math", "cmath", "random", "functools", "itertools", "operator", "collections", "dataclasses",
-    "typing", "abc", "enum", "contextlib", "warnings", "time", "datetime", "statistics", "fractions", "decimal",
-    "numbers", "string", "re", "copy", "heapq", "bisect", "array", "textwrap", "json", "csv", "pprint", "os", "sys",
-    "io", "errno", "types", "pathlib", "tempfile", "shutil", "glob", "subprocess", "socket", "struct", "hashlib",
-    "base64", "zlib", "uuid", "secrets", "platform", "logging", "triton", "matplotlib", "ipywidgets", "tqdm",
-    "graphviz", "autograder"})
+# Modules that reflect, patch or load code by name: a use of any is refused, wherever it is.
 DENIED_MODULES = {
     "importlib": "loads modules by computed names", "builtins": "replaces Python's own functions",
     "gc": "finds any object in memory", "ctypes": "reaches memory directly", "inspect": "reads frames and source",
@@ -81,340 +81,6 @@ CODE_MAGICS = {"time", "timeit", "prun", "capture"}
 QUIET_MAGICS = {"matplotlib", "config", "env", "pwd", "ls", "who", "whos", "who_ls", "precision", "pinfo", "pinfo2",
                 "pdoc", "pdef", "psource", "pfile", "page", "pip", "conda", "lsmagic", "magic", "history", "xmode",
                 "colors", "notebook", "ddir", "dhist", "bookmark", "cd", "pprint", "automagic", "timeit_quiet"}
-
-
-def lookup(path: str):
-    """The real object a public dotted path names (`torch.nn.functional.silu`), or None where it does not
-    exist, is private, or starts outside KNOWN_MODULES (nothing else is ever imported here)."""
-    return _lookup(path)
-
-
-@functools.lru_cache(maxsize=4096)
-def _lookup(path: str):
-    parts = path.split(".")
-    if parts[0] not in KNOWN_MODULES or any(p.startswith("_") for p in parts):
-        return None
-    try:
-        obj = importlib.import_module(parts[0])
-    except Exception:  # a known module that this grader lacks (matplotlib on a bare machine)
-        return None
-    for i, part in enumerate(parts[1:], start=1):
-        found = getattr(obj, part, _MISSING)
-        if found is _MISSING and isinstance(obj, types.ModuleType):
-            try:
-                found = importlib.import_module(".".join(parts[: i + 1]))
-            except Exception:
-                return None
-        if found is _MISSING:
-            return None
-        obj = found
-    return obj
-
-
-_MISSING = object()
-
-
-@functools.lru_cache(maxsize=1024)
-def installed(top: str) -> bool:
-    """Whether a top-level module is Python's own or installed in this environment (the kernel's too): found,
-    never imported. A module a notebook wrote into its own folder is neither: its code is the student's."""
-    if top in sys.stdlib_module_names:
-        return True
-    if not top.isidentifier():
-        return False
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        return False
-    places = [*site.getsitepackages(), site.getusersitepackages()]
-    return spec is not None and any(str(spec.origin or "").startswith(place) for place in places)
-
-
-def canonical(path: str) -> str:
-    """The path through its last module's own name: `torch.nn.functional.torch.autograd` is `torch.autograd`."""
-    parts = path.split(".")
-    for i in range(len(parts), 0, -1):
-        obj = lookup(".".join(parts[:i]))
-        if isinstance(obj, types.ModuleType):
-            return ".".join([obj.__name__, *parts[i:]])
-    return path
-
-
-# --- what a name or an expression stands for -------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Path:
-    """A module or an attribute chain on one: `torch.autograd.grad`."""
-    dotted: str
-
-    def attribute(self, name):
-        return Path(f"{self.dotted}.{name}")
-
-
-@dataclasses.dataclass(frozen=True)
-class Definition:
-    """A top-level binding of the notebook: a def, a class, or an assignment's value."""
-    name: str
-    node: ast.AST  # FunctionDef, ClassDef, or the value expression of an assignment (None: unknown)
-    cell: "Cell"
-    kind: str  # "def", "class", "value"
-
-
-@dataclasses.dataclass(frozen=True)
-class Builtin:
-    name: str
-
-
-UNKNOWN = None  # a parameter, a call's result, a subscript: what a value will be is not known here
-
-
-@dataclasses.dataclass(frozen=True)
-class Site:
-    cell: int  # 1-based, as the notebook shows cells
-    line: int  # 1-based within the cell
-    text: str
-
-    def __str__(self):
-        return f"cell {self.cell}, line {self.line} ({self.text[:100]})" if self.cell else "the notebook"
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    site: Site
-    what: str  # "reaches torch._C", "calls exec", ...
-    kind: str  # "reflection", "store" (a patch), "answers" (the grader, solutions) or "forbidden" (by a rule)
-    lines: range = dataclasses.field(default=range(0), compare=False)  # the lines of the construct, in its cell
-
-
-# --- cells ---------------------------------------------------------------------------------------
-@dataclasses.dataclass(eq=False)
-class Cell:
-    number: int
-    source: str
-    tree: ast.Module
-    test: bool  # a test cell (rebuilt from the source by the grader, never the student's)
-    offset: int = 0  # lines before the code (a cell magic's body starts on line 2)
-
-    def site(self, node) -> Site:
-        line = getattr(node, "lineno", 1) + self.offset
-        lines = self.source.splitlines()
-        text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
-        return Site(self.number, line, text)
-
-    def lines_of(self, node) -> range:
-        first = getattr(node, "lineno", 1)
-        return range(first + self.offset, getattr(node, "end_lineno", first) + self.offset + 1)
-
-
-_transformer = TransformerManager()
-
-
-def parse_cell(source: str):
-    """The cell as IPython would compile it, or None where it does not (it then defines nothing)."""
-    try:
-        return ast.parse(_transformer.transform_cell(source))
-    except Exception:  # SyntaxError, or a transformer that gives up: the cell raises when run
-        return None
-
-
-def is_test_cell(cell) -> bool:
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    return isinstance(meta, dict) and bool(meta.get("grade")) and not meta.get("solution")
-
-
-def code_cells(nb) -> list:
-    """Every code cell that parses, numbered as the notebook shows cells."""
-    found = []
-    for number, cell in enumerate(nb.cells, start=1):
-        if cell.cell_type != "code":
-            continue
-        source = cell.source if isinstance(cell.source, str) else "".join(cell.source)
-        tree = parse_cell(source)
-        if tree is not None:
-            found.append(Cell(number, source, tree, is_test_cell(cell)))
-    return found
-
-
-# --- magics, as IPython turns them into code -------------------------------------------------------
-def magic(node):
-    """(kind, name, code) for `get_ipython().run_line_magic(name, arg)` and its relatives, else None.
-    kind: "line", "cell" or "shell"; code: the magic's argument (a cell magic's body) where constant."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and isinstance(node.func.value, ast.Call) and isinstance(node.func.value.func, ast.Name)
-            and node.func.value.func.id == "get_ipython" and not node.func.value.args):
-        return None
-    method, args = node.func.attr, node.args
-    constant = all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in args)
-    if method == "run_line_magic" and len(args) == 2 and constant:
-        return "line", args[0].value, args[1].value
-    if method == "run_cell_magic" and len(args) == 3 and constant:
-        return "cell", args[0].value, args[2].value
-    if method in ("system", "getoutput") and len(args) == 1 and constant:
-        return "shell", method, args[0].value
-    return "other", method, None
-
-
-# --- the names a notebook binds --------------------------------------------------------------------
-class NotebookCode:
-    """Every code cell of a notebook and every name its cells bind at top level."""
-
-    def __init__(self, cells):
-        self.cells = cells
-        self.bindings = {}  # name -> [("import", dotted) | ("star", module) | Definition]
-        for cell in cells:
-            for statement in cell.tree.body:
-                self._bind(statement, cell)
-            for node in ast.walk(cell.tree):  # `global x` in a function binds x here too
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    declared = {n for s in ast.walk(node) if isinstance(s, ast.Global) for n in s.names}
-                    for name, value in assignments(node, declared):
-                        self._add(name, Definition(name, value, cell, "value"))
-
-    def _add(self, name, binding):
-        self.bindings.setdefault(name, []).append(binding)
-
-    def _bind(self, node, cell):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            self._add(node.name, Definition(node.name, node, cell, "def"))
-        elif isinstance(node, ast.ClassDef):
-            self._add(node.name, Definition(node.name, node, cell, "class"))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for name, binding in import_bindings(node):
-                self._add(name, binding)
-        else:
-            for name, value in assignments(node, None, top=True):
-                self._add(name, Definition(name, value, cell, "value"))
-            for child in nested_statements(node):
-                self._bind(child, cell)
-
-    def definitions(self, name, tests=True) -> list:
-        return [b for b in self.bindings.get(name, ()) if isinstance(b, Definition) and (tests or not b.cell.test)]
-
-
-def import_bindings(node):
-    """(name, ("import", dotted)) for each name an import statement binds; ("star", module) for `*`."""
-    if isinstance(node, ast.Import):
-        for alias in node.names:
-            if alias.asname:
-                yield alias.asname, ("import", alias.name)
-            else:
-                top = alias.name.split(".")[0]
-                yield top, ("import", top)
-    elif node.level:  # a relative import: a module of the student's own, nothing the judge reads
-        for alias in node.names:
-            yield alias.asname or alias.name, ("import", "." * node.level + (node.module or ""))
-    else:
-        for alias in node.names:
-            if alias.name == "*":
-                yield "*", ("star", node.module)
-            else:
-                yield alias.asname or alias.name, ("import", f"{node.module}.{alias.name}")
-
-
-def nested_statements(node):
-    """Statements inside a compound statement's blocks (if, for, while, try, with): they run at this level."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return []
-    blocks = []
-    for field in ("body", "orelse", "finalbody"):
-        blocks += getattr(node, field, []) or []
-    for handler in getattr(node, "handlers", []) or []:
-        blocks += handler.body
-    for case in getattr(node, "cases", []) or []:
-        blocks += case.body
-    return [b for b in blocks if isinstance(b, ast.stmt)]
-
-
-def target_names(target):
-    if isinstance(target, ast.Name):
-        yield target.id
-    elif isinstance(target, (ast.Tuple, ast.List)):
-        for element in target.elts:
-            yield from target_names(element)
-    elif isinstance(target, ast.Starred):
-        yield from target_names(target.value)
-
-
-def assignments(node, only=None, top=False):
-    """(name, value expression or None) for names a statement binds; in a function with `only`, the
-    assignments to those (global) names anywhere in it. `top`: the statement itself, not its blocks."""
-    walk = [node] if top else list(ast.walk(node))
-    for n in walk:
-        pairs = []
-        if isinstance(n, ast.Assign):
-            single = len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
-            pairs = [(name, n.value if single else None) for t in n.targets for name in target_names(t)]
-        elif isinstance(n, ast.AnnAssign) and n.value is not None:
-            pairs = [(name, n.value) for name in target_names(n.target)]
-        elif isinstance(n, ast.AugAssign):
-            pairs = [(name, None) for name in target_names(n.target)]
-        elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
-            pairs = [(name, None) for name in target_names(n.target)]
-        elif isinstance(n, (ast.With, ast.AsyncWith)):
-            pairs = [(name, None) for item in n.items if item.optional_vars is not None
-                     for name in target_names(item.optional_vars)]
-        elif isinstance(n, ast.ExceptHandler) and n.name:
-            pairs = [(n.name, None)]
-        elif isinstance(n, ast.NamedExpr):
-            pairs = [(name, n.value) for name in target_names(n.target)]
-        elif isinstance(n, (ast.Import, ast.ImportFrom)) and only is not None:
-            pairs = [(name, None) for name, _ in import_bindings(n)]
-        if top and not pairs:
-            for sub in ast.walk(n):  # a walrus inside a top-level expression binds at top level
-                if isinstance(sub, ast.NamedExpr):
-                    pairs += [(name, sub.value) for name in target_names(sub.target)]
-        for name, value in pairs:
-            if only is None or name in only:
-                yield name, value
-
-
-# --- scopes ---------------------------------------------------------------------------------------
-class Scope:
-    """The names a function (or lambda, comprehension, class body) binds itself, with what each may hold."""
-
-    def __init__(self, node, parent):
-        self.parent = parent
-        self.names = {}  # name -> [expression or None, or ("import", dotted)]
-        self.globals = set()
-        self.is_class = isinstance(node, ast.ClassDef)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            arguments = node.args
-            positional = arguments.posonlyargs + arguments.args
-            defaults = [None] * (len(positional) - len(arguments.defaults)) + list(arguments.defaults)
-            for arg, default in zip(positional, defaults):
-                self.names.setdefault(arg.arg, []).extend([None] + ([default] if default is not None else []))
-            for arg, default in zip(arguments.kwonlyargs, arguments.kw_defaults):
-                self.names.setdefault(arg.arg, []).extend([None] + ([default] if default is not None else []))
-            for arg in (arguments.vararg, arguments.kwarg):
-                if arg is not None:
-                    self.names.setdefault(arg.arg, []).append(None)
-        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            for generator in node.generators:
-                for name in target_names(generator.target):
-                    self.names.setdefault(name, []).append(None)
-            return
-        body = node.body if isinstance(node.body, list) else []
-        for statement in _own_statements(body):
-            if isinstance(statement, ast.Global):
-                self.globals |= set(statement.names)
-            elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                self.names.setdefault(statement.name, []).append(None)
-            elif isinstance(statement, (ast.Import, ast.ImportFrom)):
-                for name, binding in import_bindings(statement):
-                    self.names.setdefault(name, []).append(binding)
-            else:
-                for name, value in assignments(statement, top=True):
-                    self.names.setdefault(name, []).append(value)
-        for name in self.globals:
-            self.names.pop(name, None)
-
-
-def _own_statements(body):
-    """Every statement of a block and of its nested blocks, but not of nested functions or classes."""
-    stack = list(body)
-    while stack:
-        statement = stack.pop()
-        yield statement
-        stack.extend(nested_statements(statement))
 
 
 # --- reading code ---------------------------------------------------------------------------------
