@@ -23,7 +23,9 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import types
 import typing
 import zipfile
 
@@ -31,6 +33,7 @@ import course
 import nbformat
 import psutil
 import pytest
+import tqdm
 from conftest import require
 from test_nbgrader_e2e import submission
 
@@ -822,8 +825,8 @@ def test_feedback_and_formgrader_files_exist_for_graded_submissions_only(graded)
 
 
 def test_a_grader_side_failure_is_not_graded_and_never_a_zero_in_the_gradebook(graded, tmp_path):
-    """A worker that died or a grader that failed (what `_collect` records) leaves the gradebook as
-    it was; a problem of the student's files writes the 0 and the reason. In a copy of the class's
+    """A grader that failed (what `_Grading` records where the reference notebook fails too) leaves the
+    gradebook as it was; a problem of the student's files writes the 0 and the reason. In a copy of the class's
     gradebook, on the perfect student graded 12 before."""
     root = graded.root
     shutil.copy(root / "gradebook.db", tmp_path)
@@ -1042,13 +1045,13 @@ def test_a_missing_answer_key_is_the_graders_failure_not_the_students_zero(tmp_p
     assert not outcome.graded and outcome.grader_side
     assert "the grader failed, not the submission" in outcome.reason
     assert "no answer key for 04_toggles" in outcome.reason
+    assert "reference notebook, graded the same way, fails too: " in outcome.reason, "the control says it is ours"
     assert classgrade.scores(tmp_path, [name]) == [], "nothing was written to the gradebook for it"
 
 
 def test_a_worker_with_several_threads_grades_one_submission_at_a_time(monkeypatch):
     """The grader's side redirects stdout and draws from the global RNG: two submissions at once in one
     process (a --scheduler worker with several threads) would mix them."""
-    import threading
     running, most = [], []
 
     def fake_run(nb, *args, **kwargs):
@@ -1078,3 +1081,325 @@ def test_lines_that_reach_for_the_grader_are_listed_for_the_instructor(graded):
     assert "builtins" in flagged["patches_builtins"] and "an answer key" in flagged["copies_the_solution"]
     assert "the grading package's internals" in flagged["switches_off_the_autograd_guard"]
     assert "perfect" not in flagged and "blank" not in flagged
+
+
+def test_the_watchdog_ends_a_run_where_nothing_finishes_or_no_worker_is_left():
+    """Its clock is injected: what it says at each instant, not how long a test waited."""
+    now = [0.0]
+    dog = classgrade.Watchdog(patience_s=100, workerless_s=10, clock=lambda: now[0])
+    now[0] = 99
+    assert dog.stalled(workers=2) is None
+    dog.moved()  # a submission finished at 99
+    now[0] = 198.5
+    assert dog.stalled(workers=2) is None
+    now[0] = 199
+    assert "nothing finished for 100 s" in dog.stalled(workers=2)
+    dog = classgrade.Watchdog(patience_s=100, workerless_s=10, clock=lambda: now[0])  # made at 199
+    now[0] = 208
+    assert dog.stalled(workers=0) is None
+    now[0] = 209
+    assert dog.stalled(workers=1) is None, "a worker came back: the wait starts again"
+    now[0] = 218
+    assert dog.stalled(workers=0) is None
+    now[0] = 219
+    assert dog.stalled(workers=0) == "the cluster had no worker for 10 s"
+
+
+@contextlib.contextmanager
+def threads_cluster():
+    """A cluster whose one worker is a thread of this process, so a test can patch what it runs."""
+    from distributed import LocalCluster
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp", host="127.0.0.1",
+                      dashboard_address=None) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def course_01(tmp_path_factory):
+    """Notebook 01's course, released and in the gradebook, with no submission: tests copy it."""
+    root = tmp_path_factory.mktemp("course_01")
+    new_class(root)
+    return root
+
+
+def small_class(course_01, root, students):
+    """A copy of `course_01` in `root` with `students` (name -> relu_grad's answer); each answer carries
+    its student's name, so a patched run_notebook tells them (and the reference notebook) apart."""
+    shutil.copytree(course_01, root, dirs_exist_ok=True)
+    released = root / "release" / NAME / f"{NAME}.ipynb"
+    for student, answer in students.items():
+        place(root, student, submission(released, {**perfect_answers(), VICTIM: f"{answer}\n# student: {student}"}))
+    return classgrade.nbgrader_runner(root)
+
+
+def grader_that_raises(at, runs, failing=(), block=None):
+    """A stand-in for run_notebook that runs every code cell as a pass, and raises ValueError in the
+    cell `at` for the students in `failing` ("reference": the reference notebook). `runs` collects who
+    ran; with `block` (started, release), every run waits for `release` once it has said `started`."""
+    def run(nb, *args, **kwargs):
+        found = re.search(r"# student: (\w+)", nbformat.writes(nb))
+        who = found.group(1) if found else "reference"
+        runs.append(who)
+        if block:
+            block[0].set()
+            block[1].wait()
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs = []
+                if who in failing and course.nbgrader_meta(cell).get("grade_id") == at:
+                    raise ValueError(f"the grader met something it cannot read in {who}'s answer")
+        return []
+    return run
+
+
+def points_before(grade_id):
+    """Points of notebook 01's grade cells before `grade_id`'s."""
+    cells = course.grade_cells(course.read(course.solution_path(NAME)))
+    ids = [course.nbgrader_meta(c)["grade_id"] for c in cells]
+    return sum(course.nbgrader_meta(c)["points"] for c in cells[:ids.index(grade_id)])
+
+
+def test_a_failure_the_reference_passes_is_the_submissions_zero_with_the_reason(course_01, tmp_path, monkeypatch):
+    """The grader's side raises while it grades relu_grad of two submissions (as a crafted answer could
+    make it); the reference notebook, graded the same way once, passes: each is graded, every exercise
+    graded before keeps its score, relu_grad and every later one score 0 with what happened."""
+    run = small_class(course_01, tmp_path, {"fine": GOOD, "breaks": GOOD, "breaks_too": GOOD})
+    runs = []
+    monkeypatch.setattr(classgrade, "run_notebook", grader_that_raises(VICTIM, runs, {"breaks", "breaks_too"}))
+    monkeypatch.setattr(classgrade, "thread_pool", lambda: None)
+    with threads_cluster() as cluster:
+        result = classgrade.grade_class(tmp_path, [NAME], workers=1, scheduler=cluster.scheduler_address,
+                                        limits=Limits(unsandboxed=True), progress=False, run=run)
+    assert sorted(runs) == ["breaks", "breaks_too", "fine", "reference"], "one control for the assignment"
+    assert result.not_graded() == []
+    rows = classgrade.scores(tmp_path, [NAME])
+    totals = {s: sum(r["score"] for r in rows if r["student"] == s) for s in ("fine", "breaks", "breaks_too")}
+    assert totals == {"fine": TOTAL, "breaks": points_before(VICTIM), "breaks_too": points_before(VICTIM)}
+    said = {r["exercise"]: r["message"] for r in rows if r["student"] == "breaks"}
+    assert said[VICTIM] == said["softmax_xent_grad"] == (
+        "GradingStopped: your notebook made the grader fail: ValueError: the grader met something it cannot read "
+        "in breaks's answer")
+    assert said["linear_mse_grad"] == ""
+    assert result.stopped[("breaks", NAME)].startswith("your notebook made the grader fail: ValueError")
+    problems = {r["student"]: r for r in report.failure_rows(result.outcomes.values())}
+    assert problems["breaks"]["graded"] == "yes" and "its grading stopped" in problems["breaks"]["problem"]
+
+
+def test_a_failure_the_reference_meets_too_is_the_graders_and_not_graded(course_01, tmp_path, monkeypatch):
+    """The same failure, where the reference notebook fails too: the grader is broken; not graded, with
+    both causes, nothing written to the gradebook, and a clean class beside it is graded without a control."""
+    run = small_class(course_01, tmp_path, {"fine": GOOD, "breaks": GOOD})
+    runs = []
+    monkeypatch.setattr(classgrade, "run_notebook", grader_that_raises(VICTIM, runs, {"breaks", "reference"}))
+    monkeypatch.setattr(classgrade, "thread_pool", lambda: None)
+    with threads_cluster() as cluster:
+        result = classgrade.grade_class(tmp_path, [NAME], workers=1, scheduler=cluster.scheduler_address,
+                                        limits=Limits(unsandboxed=True), progress=False, run=run)
+        outcome = result.outcomes[("breaks", NAME)]
+        assert not outcome.graded and outcome.grader_side and result.stopped == {}
+        assert outcome.reason.startswith("the grader failed, not the submission: ValueError: the grader met something "
+                                         "it cannot read in breaks's answer")
+        assert "reference notebook, graded the same way, fails too: ValueError: the grader met something it cannot " \
+               "read in reference's answer" in outcome.reason
+        assert {r["student"] for r in classgrade.scores(tmp_path, [NAME])} == {"fine"}
+        (tmp_path / "submitted" / "breaks").rename(tmp_path / "breaks_put_aside")
+        runs.clear()
+        clean = classgrade.grade_class(tmp_path, [NAME], workers=1, scheduler=cluster.scheduler_address,
+                                       limits=Limits(unsandboxed=True), progress=False, run=run)
+    assert runs == ["fine"] and clean.not_graded() == [], "a clean class never pays for a control"
+
+
+def run_in_background(call):
+    """Start `call` in a thread; return a function that waits for its result (or raises its error)."""
+    import concurrent.futures
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(call)
+    pool.shutdown(wait=False)
+    return future.result
+
+
+def test_a_run_whose_cluster_lost_every_worker_ends_with_each_submission_not_graded(course_01, tmp_path, monkeypatch):
+    """Its one worker is closed while it grades (a handshake says when): the run returns instead of waiting
+    for ever, each submission not graded, the grader's side, with the reason."""
+    run = small_class(course_01, tmp_path, {"first": GOOD, "second": GOOD})
+    started, release = threading.Event(), threading.Event()
+    monkeypatch.setattr(classgrade, "run_notebook", grader_that_raises(VICTIM, [], block=(started, release)))
+    monkeypatch.setattr(classgrade, "thread_pool", lambda: None)
+    monkeypatch.setattr(classgrade, "WORKERLESS_S", 0.0)  # no worker at all ends it at once
+    monkeypatch.setattr(classgrade, "POLL_S", 0.05)
+    with threads_cluster() as cluster:
+        try:
+            result = run_in_background(lambda: classgrade.grade_class(
+                tmp_path, [NAME], workers=1, scheduler=cluster.scheduler_address, limits=Limits(unsandboxed=True),
+                progress=False, run=run))
+            started.wait()
+            worker = next(iter(cluster.workers.values()))
+            cluster.sync(worker.close, executor_wait=False)  # its thread stays blocked: it never answers
+            result = result()
+        finally:
+            release.set()
+    assert len(result.outcomes) == 2
+    for outcome in result.outcomes.values():
+        assert not outcome.graded and outcome.grader_side
+        assert outcome.reason.startswith("the grader stopped waiting for it: the cluster had no worker")
+    assert classgrade.scores(tmp_path, [NAME]) == []
+
+
+def test_a_run_where_nothing_finishes_ends_with_the_reason(course_01, tmp_path, monkeypatch):
+    """A grading task that never returns (the grader's side hung): past what a submission may take (here
+    0 s, the limits injected), the run ends and says why."""
+    run = small_class(course_01, tmp_path, {"hangs": GOOD})
+    started, release = threading.Event(), threading.Event()
+    monkeypatch.setattr(classgrade, "run_notebook", grader_that_raises(VICTIM, [], block=(started, release)))
+    monkeypatch.setattr(classgrade, "thread_pool", lambda: None)
+    monkeypatch.setattr(classgrade, "STALL_MARGIN_S", 0.0)
+    monkeypatch.setattr(classgrade, "POLL_S", 0.05)
+    with threads_cluster() as cluster:
+        try:
+            result = classgrade.grade_class(tmp_path, [NAME], workers=1, scheduler=cluster.scheduler_address,
+                                            limits=Limits(submission_seconds=0, unsandboxed=True), progress=False,
+                                            run=run)
+        finally:
+            release.set()
+    assert started.is_set()
+    outcome = result.outcomes[("hangs", NAME)]
+    assert not outcome.graded and outcome.grader_side
+    assert re.fullmatch(r"the grader stopped waiting for it: nothing finished for \d+ s, longer than grading a "
+                        r"submission may take; grade it again", outcome.reason)
+
+
+# Two tensors of float32, 128 MB and 96 MB: within every bound of the boundary (autograder.checks.boundary.Bounds),
+# and what the grader holds as it reads them takes its worker more than 400 MB over what it held before.
+HUGE = "import torch\ndef relu_grad(x):\n    return torch.zeros(2**25), torch.zeros(3 * 2**23)"
+TIGHT_WORKER_MB = 640  # a worker held about 380 MB after grading notebook 01's reference (measured); Dask pauses
+#                        a worker at 80% of its limit and restarts it at 95%
+
+
+@SANDBOXED
+@pytest.mark.timeout(1200)
+def test_a_submission_whose_grading_takes_its_worker_over_its_memory_scores_0_with_the_reason(course_01, tmp_path):
+    """Trusted mode, a real local cluster of one worker: an allowed answer so large that reading it takes
+    the grading worker past --worker-memory-mb. Dask restarts the worker, grades it again, gives up
+    (KilledWorker); the reference notebook, graded on the same cluster, passes: the submission is graded,
+    every exercise 0 with the reason, never "not graded"; the perfect student beside it scores full marks."""
+    run = small_class(course_01, tmp_path, {"a_huge_answer": HUGE, "perfect": GOOD})
+    result = classgrade.grade_class(tmp_path, [NAME], workers=1, limits=Limits(cell_seconds=60), progress=False,
+                                    run=run, worker_memory_mb=TIGHT_WORKER_MB)
+    assert result.not_graded() == [], [o.reason for o in result.not_graded()]
+    rows = classgrade.scores(tmp_path, [NAME])
+    assert {s: sum(r["score"] for r in rows if r["student"] == s) for s in ("perfect", "a_huge_answer")} == {
+        "perfect": TOTAL, "a_huge_answer": 0}
+    reason = ("the grading worker was killed while it ran your notebook: it exceeded the grader's memory "
+              f"({TIGHT_WORKER_MB} MB)")
+    assert result.stopped == {("a_huge_answer", NAME): reason}
+    assert {r["message"] for r in rows if r["student"] == "a_huge_answer"} == {f"GradingStopped: {reason}"}
+
+
+class EndedTask:
+    """A grading task that has already ended: its result is `outcome`, or `outcome` is what it raises."""
+
+    def __init__(self, key, outcome):
+        self.key, self.outcome = key, outcome
+
+    def result(self):
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+    def add_done_callback(self, callback):
+        callback(self)
+
+
+class ClusterEvents:
+    """What `_Grading` asks of a Dask client besides running tasks: the scheduler's events."""
+
+    def __init__(self, events):
+        self.events = events  # [(topic, event)]
+
+    def get_events(self, topic):
+        return tuple((0.0, event) for name, event in self.events if name == topic)
+
+    def nthreads(self):
+        return {"worker": 1}
+
+
+def killed_on(worker):
+    from distributed import KilledWorker
+    return KilledWorker("a task", types.SimpleNamespace(address=worker), 1)
+
+
+def passed(nb_json):
+    return {"notebook": nb_json, "problems": [], "seconds": 1.0, "failure": None}
+
+
+def grade_through(course_01, root, outcomes, events):
+    """Grade one perfect submission of notebook 01 as `_Grading` does, the tasks it sends ending with
+    `outcomes` in turn (`passed`: the notebook runs with no error); return (the outcome, what was sent, the
+    run's `stopped`)."""
+    small_class(course_01, root, {"student": GOOD})
+    with classgrade.open_gradebook(root) as gb:
+        source = sanitize.load_source(gb, NAME)
+    nb, notes = sanitize.restore(course.read(root / "submitted" / "student" / NAME / f"{NAME}.ipynb"), source)
+    sent = []
+
+    def submit(nb_json, name, **placement):
+        outcome = outcomes[len(sent)]
+        sent.append(("reference" if "# student: student" not in nb_json else "student", placement))
+        return EndedTask(f"task-{len(sent) - 1}", outcome(nb_json) if callable(outcome) else outcome)
+    recorder, outcomes_of = recording.Recorder(root), {}
+    try:
+        grading = classgrade._Grading(root, ClusterEvents(events), submit, recorder, outcomes_of, {NAME: source},
+                                      classgrade.Phases(), tqdm.tqdm(disable=True), memory_mb=640)
+        grading.run([(("student", NAME), nb, notes, [])], classgrade.Watchdog(1e9, 1e9))
+    finally:
+        recorder.close()
+    return outcomes_of[("student", NAME)], sent, grading.stopped
+
+
+def test_a_submission_whose_workers_died_while_it_waited_its_turn_is_sent_again_and_never_blamed(course_01,
+                                                                                                 tmp_path):
+    """Dask gives up (KilledWorker) on every task that was a dead worker's, graded there or only waiting:
+    only a task whose worker said it had begun grading it (GRADING_STARTED) is blamed."""
+    elsewhere = (classgrade.GRADING_STARTED, {"task": "task-0", "worker": "w0"})  # Dask's first try, on w0
+    outcome, sent, _ = grade_through(course_01, tmp_path / "waited", [killed_on("w1"), passed], [elsewhere])
+    assert sent == [("student", {}), ("student", {})], "no event for it on w1: sent again, no control"
+    assert outcome.graded and outcome.messages == {}
+
+    outcome, sent, stopped = grade_through(course_01, tmp_path / "waited_twice", [killed_on("w1"), killed_on("w2")],
+                                           [elsewhere])
+    assert sent == [("student", {}), ("student", {})]
+    assert not outcome.graded and outcome.grader_side and stopped == {}
+    assert "the workers it waited on died before they began to grade it" in outcome.reason
+
+    memory = ("worker-restart-memory", {"worker": "w1", "pid": 1, "rss": 1})
+    started = (classgrade.GRADING_STARTED, {"task": "task-0", "worker": "w1"})
+    outcome, sent, stopped = grade_through(course_01, tmp_path / "graded_there", [killed_on("w1"), passed],
+                                           [started, memory])
+    assert sent == [("student", {}), ("reference", {"priority": 1})], "blamed only once its reference passed"
+    reason = "the grading worker was killed while it ran your notebook: it exceeded the grader's memory (640 MB)"
+    assert outcome.graded and stopped == {("student", NAME): reason}
+    assert set(outcome.messages.values()) == {f"GradingStopped: {reason}"} and len(outcome.messages) == 7
+
+
+def test_scores_the_gradebook_cannot_take_are_the_graders_failure_and_not_graded(course_01, tmp_path):
+    """The other "not graded" path: the gradebook refuses the scores (here another program holds it
+    locked, as the formgrader may), so nothing is written and the cause is said."""
+    import sqlite3
+    small_class(course_01, tmp_path, {"student": GOOD})
+    with classgrade.open_gradebook(tmp_path) as gb:
+        source = sanitize.load_source(gb, NAME)
+    nb, _ = sanitize.restore(course.read(tmp_path / "submitted" / "student" / NAME / f"{NAME}.ipynb"), source)
+    recorder, outcomes = recording.Recorder(tmp_path), {}
+    holder = sqlite3.connect(tmp_path / "gradebook.db")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        classgrade._record(recorder, outcomes, ("student", NAME), executed=nb, source=source)
+    finally:
+        recorder.close()
+        holder.rollback()
+        holder.close()
+    outcome = outcomes[("student", NAME)]
+    assert not outcome.graded and outcome.grader_side
+    assert outcome.reason.startswith("its scores could not be recorded (OperationalError")
+    assert "database is locked" in outcome.reason
+    assert classgrade.scores(tmp_path, [NAME]) == []

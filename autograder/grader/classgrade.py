@@ -9,8 +9,12 @@ a local Dask cluster by default (TLS on loopback, workers with a memory limit), 
 address to spread over machines. (3) Here again, as each notebook comes back: its scores go
 into the gradebook in one session and its autograded copy into autograded/
 (`autograder.grader.recording`), so `nbgrader export`, `generate_feedback` and the formgrader
-work as usual. The cluster starts in the background while step (1) runs.
+work as usual. A task that failed (the grader's side raised, or its worker died) is judged by a
+control, the assignment's reference notebook graded the same way (`_Grading`): "not graded" only
+where that fails too. A run that stops moving (nothing finishes, no worker left) ends (`Watchdog`).
+The cluster starts in the background while step (1) runs.
 """
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -18,6 +22,7 @@ import ipaddress
 import logging
 import os
 import pathlib
+import queue
 import sys
 import tempfile
 import threading
@@ -30,12 +35,21 @@ from nbgrader.api import Gradebook, MissingEntry
 
 from autograder.grader import cgroup, flags, isolation, keys, recording, sanitize, submissions, trusted
 from autograder.grader.nbgrader_run import nbgrader_runner, with_scripts_on_path
-from autograder.grader.sandbox import Limits, run_notebook, thread_pool
+from autograder.grader.sandbox import Limits, error_output, run_notebook, thread_pool
 
 WORKER_MEMORY_MB = 3072  # the grader's side of a worker (trusted test cells); kernels have their own limit
 # The grader's side of a submission is not thread-safe (test cells redirect stdout, references draw from
 # the global RNG): a worker process with several threads (a --scheduler cluster's) grades one at a time.
 _ONE_SUBMISSION_AT_A_TIME = threading.Lock()
+ALLOWED_FAILURES = 1  # a local cluster's scheduler gives up on a task (KilledWorker) after its worker died this often
+LOST_WORKER_TIMEOUT = "10 minutes"  # how long a local cluster waits for a worker that died to restart
+# A class run ends, every submission left marked not graded, when nothing finished for longer than a submission
+# may take (each try of it, plus this margin for kernels and workers to start), or when the cluster had no worker
+# for WORKERLESS_S (a worker killed for memory is back within seconds).
+STALL_MARGIN_S = 300.0
+WORKERLESS_S = 120.0
+POLL_S = 5.0  # how often a run with nothing finishing looks at its cluster
+GRADING_STARTED = "course-grading-started"  # the topic of the event a worker logs as it begins to grade a task
 
 
 def default_workers() -> int:
@@ -57,6 +71,7 @@ class ClassResult:
     zip_ids: dict  # zip file name -> student id
     seconds: dict = dataclasses.field(default_factory=dict)  # where the run's time went, by phase
     run: str | None = None  # the token of its folder and control groups (a local cluster's run)
+    stopped: dict = dataclasses.field(default_factory=dict)  # (student, assignment) -> why its grading stopped
 
     def not_graded(self) -> list:
         return [o for o in self.outcomes.values() if not o.graded]
@@ -98,16 +113,57 @@ def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=()
     (plain mode only): the notebook's answer key, which its hidden tests load in the kernel;
     `course_root`: the course the run was given, where trusted test cells find answer keys (the
     worker's working directory may be anywhere). Every output is capped before the notebook
-    leaves the worker. Raises trusted.GraderFailure where the grader's side failed.
+    leaves the worker. Where the grader's side raised (trusted.GraderFailure or anything else), the
+    notebook comes back as far as it ran, with `failure`: the cause, this worker, and the grade
+    cells that gave no verdict of their own; whose failure it was, a control decides (`_Grading`).
     """
-    nb = nbformat.reads(nb_json, as_version=4)
-    began = time.monotonic()
-    with _ONE_SUBMISSION_AT_A_TIME, keys.grading_root(course_root):
-        problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden,
-                                answer_key=answer_key, pool=thread_pool())  # the next kernel starts meanwhile
+    began, problems, failure = time.monotonic(), [], None
+    with _ONE_SUBMISSION_AT_A_TIME:
+        worker = _grading_starts()
+        nb = nbformat.reads(nb_json, as_version=4)
+        waiting = nbformat.v4.new_output("error", ename="NotReached", evalue="", traceback=[])
+        code = [cell for cell in nb.cells if cell.cell_type == "code"]
+        for cell in code:
+            cell.outputs = [waiting]  # a cell that runs loses it: whatever still holds it was never reached
+        try:
+            with keys.grading_root(course_root):
+                problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden,
+                                        answer_key=answer_key, pool=thread_pool())  # the next kernel starts meanwhile
+        except Exception as err:  # ours, or a submission's doing: the control says which
+            failure = {"cause": _cause(err), "worker": worker, "unfinished": _unfinished(nb, waiting)}
+    for cell in code:
+        cell.outputs = [out for out in cell.outputs if out is not waiting]
     recording.bound_outputs(nb)
     return {"notebook": nbformat.writes(nb), "problems": [(i, recording.capped(p)) for i, p in problems],
-            "seconds": time.monotonic() - began}
+            "seconds": time.monotonic() - began, "failure": failure}
+
+
+def _cause(err) -> str:
+    """What failed, in one capped line (a GraderFailure already names the error it stands for)."""
+    text = str(err) if isinstance(err, trusted.GraderFailure) else f"{type(err).__name__}: {err}"
+    return recording.capped(text)
+
+
+def _grading_starts():
+    """Tell the scheduler that this worker begins to grade this task; return its address (None outside a worker).
+    Dask gives up on a task whose workers died twice while it was theirs, whether it ran there or only waited its
+    turn: this says which it was (`_was_grading`)."""
+    from distributed import get_worker
+    try:
+        worker = get_worker()
+    except ValueError:
+        return None
+    worker.log_event(GRADING_STARTED, {"task": str(worker.get_current_task()), "worker": worker.address})
+    return worker.address
+
+
+def _unfinished(nb, waiting) -> list:
+    """Indices of the grade cells that gave no verdict of their own when the grader's side raised: those never
+    reached, and the one that was running (the last reached) unless it holds an error, its verdict."""
+    code = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    reached = [i for i in code if not any(out is waiting for out in nb.cells[i].outputs)]
+    running = [i for i in reached[-1:] if not any(out.get("output_type") == "error" for out in nb.cells[i].outputs)]
+    return [i for i in code if (i not in reached or i in running) and utils.is_grade(nb.cells[i])]
 
 
 def _security():
@@ -147,18 +203,23 @@ def dask_client(workers: int, scheduler: str | None, memory_mb: int = WORKER_MEM
         finally:
             client.close()
         return
-    quiet = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
-    with dask.config.set(quiet):  # read as the scheduler and the nannies are built (workers get a copy)
+    # Routes: read as the scheduler and the nannies are built (workers get a copy). The timeout: read when a worker
+    # leaves; past it, the cluster closes that worker's nanny for good. A worker killed for memory restarts in seconds,
+    # but took 19 s on a loaded machine of 2 cores: with Dask's 15 s, each such kill cost the run a worker for good.
+    settings = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": [],
+                "distributed.deploy.lost-worker-timeout": LOST_WORKER_TIMEOUT}
+    with dask.config.set(settings):
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                                dashboard_address=None, security=_security(), memory_limit=f"{memory_mb}MiB",
-                               scheduler_kwargs={"allowed_failures": 1, "dashboard_address": "127.0.0.1:0"},
+                               scheduler_kwargs={"allowed_failures": ALLOWED_FAILURES,
+                                                 "dashboard_address": "127.0.0.1:0"},
                                silence_logs=logging.ERROR)
-    with cluster:
-        client = Client(cluster)
-        try:
-            yield client
-        finally:
-            client.close()
+        with cluster:
+            client = Client(cluster)
+            try:
+                yield client
+            finally:
+                client.close()
 
 
 class BackgroundClient:
@@ -223,7 +284,6 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
     Notebooks that opt in are graded in trusted mode (test cells run here, see
     autograder/grader/trusted.py) unless `plain`.
     """
-    from distributed import as_completed
     from tqdm import tqdm
 
     limits = limits or Limits()
@@ -252,26 +312,25 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
             hidden = [str(p) for p in isolation.secrets_of(root)]
             key_paths = {name: str(key) if plain and (key := keys.key_path(name, root)).is_file() else None
                          for name in names}
-            futures = {}
+            stopped = {}
             if jobs:
                 with clock("wait for the cluster to start"):
                     client = background.get()
-                for key, nb, notes, flagged in jobs:
-                    future = client.submit(execute_submission, nbformat.writes(nb), dataclasses.asdict(limits),
-                                           names_of[key[1]], hidden, key_paths[key[1]], str(root), pure=False)
-                    futures[future] = (key, nb, notes, flagged)
-            bar = tqdm(total=len(futures), unit="notebook", desc="grading", disable=not progress, file=sys.stdout)
-            with clock("run notebooks (parallel), recording each as it returns"):
-                for future in as_completed(futures):
-                    key, nb, notes, flagged = futures[future]
-                    with clock("  of which recording scores"):
-                        _collect(future, key, nb, notes, flagged, recorder, outcomes, sources)
-                    bar.set_postfix_str(f"{key[0]}/{key[1]} {outcomes[key].seconds:.1f} s")
-                    bar.update()
-            bar.close()
+
+                def submit(nb_json, name, **placement):
+                    return client.submit(execute_submission, nb_json, dataclasses.asdict(limits), names_of[name],
+                                         hidden, key_paths[name], str(root), pure=False, **placement)
+                patience = (_allowed_failures(client, scheduler) + 1) * limits.submission_seconds + STALL_MARGIN_S
+                bar = tqdm(total=len(jobs), unit="notebook", desc="grading", disable=not progress, file=sys.stdout)
+                grading = _Grading(root, client, submit, recorder, outcomes, sources, clock, bar,
+                                   memory_mb=None if scheduler else worker_memory_mb)
+                with clock("run notebooks (parallel), recording each as it returns"):
+                    grading.run(jobs, Watchdog(patience, WORKERLESS_S))
+                bar.close()
+                stopped = grading.stopped
         finally:
             recorder.close()
-    return ClassResult(outcomes, zip_ids, clock.seconds, run_token)
+    return ClassResult(outcomes, zip_ids, clock.seconds, run_token, stopped)
 
 
 @contextlib.contextmanager
@@ -350,20 +409,237 @@ def _prepare_all(root, names, sources, problems) -> tuple:
     return jobs, blocked, unrecorded
 
 
-def _collect(future, key, nb, notes, flagged, recorder, outcomes, sources):
-    """Record what a worker returned for one submission (or why it returned nothing)."""
+@dataclasses.dataclass
+class Failure:
+    """Why a grading task gave no verdict: the grader's side raised on its worker, or its worker died."""
+    cause: str
+    worker: str | None = None  # where it ran: alive where it raised, gone where it was killed
+    killed: bool = False  # its worker died while it ran it, on each try (Dask's KilledWorker)
+    notebook: str | None = None  # the notebook as far as it ran
+    unfinished: tuple = ()  # indices of its grade cells that gave no verdict of their own
+
+
+def _returned(future, nb=None) -> tuple:
+    """(the executed notebook merged into `nb` (None without one), seconds, None), or (None, seconds, Failure)
+    where the task failed."""
+    from distributed import KilledWorker
     try:
         result = future.result()
-        executed = recording.merged(nb, nbformat.reads(result["notebook"], as_version=4))
-    except trusted.GraderFailure as err:  # the grader's own side: not graded, with the cause
-        _record(recorder, outcomes, key, reason=f"the grader failed, not the submission: {err}", notes=notes,
-                grader_side=True, flagged=flagged)
-    except Exception as err:  # a worker died or failed while it ran this submission: not graded, the run goes on
-        _record(recorder, outcomes, key, reason=f"the grading worker failed: {type(err).__name__}: {err}", notes=notes,
-                grader_side=True, flagged=flagged)
-    else:
-        _record(recorder, outcomes, key, executed=executed, source=sources[key[1]], notes=notes, flagged=flagged,
-                seconds=result["seconds"])
+    except KilledWorker as err:
+        tries = getattr(err, "allowed_failures", ALLOWED_FAILURES) + 1
+        return None, 0.0, Failure(f"its grading worker died while it ran it, on each of {tries} tries (KilledWorker)",
+                                  worker=getattr(getattr(err, "last_worker", None), "address", None), killed=True)
+    except Exception as err:  # the task could not run, or its result not come back
+        return None, 0.0, Failure(_cause(err))
+    failed = result.get("failure")
+    if failed:
+        return None, result["seconds"], Failure(failed["cause"], worker=failed["worker"], notebook=result["notebook"],
+                                                unfinished=tuple(failed["unfinished"]))
+    if nb is None:
+        return None, result["seconds"], None
+    try:
+        return recording.merged(nb, nbformat.reads(result["notebook"], as_version=4)), result["seconds"], None
+    except Exception as err:
+        return None, result["seconds"], Failure(_cause(err))
+
+
+def control_notebook(root: pathlib.Path, name: str, source) -> str:
+    """The assignment's reference notebook (solutions/, answers included), rebuilt from the source as a
+    submission is: graded the same way, it tells whether the grader can grade the assignment at all."""
+    nb = nbformat.read(root / "solutions" / name / f"{name}.ipynb", as_version=4)
+    return nbformat.writes(sanitize.restore(nb, source)[0])
+
+
+def _stopped(nb, failure: Failure, message: str):
+    """The submission as far as it was graded, each grade cell that gave no verdict of its own scoring 0 with
+    `message` (every one, where nothing came back)."""
+    executed, unfinished = recording.merged(nb, nb), range(len(nb.cells))
+    if failure.notebook is not None:
+        with contextlib.suppress(ValueError):
+            executed, unfinished = recording.merged(nb, nbformat.reads(failure.notebook, as_version=4)), \
+                set(failure.unfinished)
+    for index, cell in enumerate(executed.cells):
+        if index in unfinished and cell.cell_type == "code" and utils.is_grade(cell) and not utils.is_solution(cell):
+            cell.outputs = [error_output("GradingStopped", message)]
+    return executed
+
+
+def _killed_for_memory(client, address) -> bool:
+    """Whether a nanny restarted the worker at `address` for going over its memory limit (Dask logs it)."""
+    try:
+        events = client.get_events("worker-restart-memory")
+    except Exception:
+        return False
+    return any(isinstance(event, dict) and event.get("worker") == address for _, event in events)
+
+
+def _was_grading(client, key, address) -> bool:
+    """Whether the worker at `address` had begun grading the task `key` (it says so: GRADING_STARTED)."""
+    try:
+        events = client.get_events(GRADING_STARTED)
+    except Exception:
+        return False
+    return any(isinstance(event, dict) and event.get("task") == str(key) and event.get("worker") == address
+               for _, event in events)
+
+
+def _allowed_failures(client, scheduler) -> int:
+    """How often the scheduler lets a task's worker die before it gives up on the task (KilledWorker)."""
+    if scheduler is None:
+        return ALLOWED_FAILURES
+    try:
+        return int(client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.allowed_failures))
+    except Exception:
+        import dask
+        return int(dask.config.get("distributed.scheduler.allowed-failures"))
+
+
+def _workers(client) -> int:
+    """Workers in the cluster now (none where the scheduler cannot be reached)."""
+    try:
+        return len(client.nthreads())
+    except Exception:
+        return 0
+
+
+class Watchdog:
+    """Says when a class run has stopped moving, so that it always ends: nothing finished for `patience_s`
+    (longer than a submission can take), or the cluster had no worker for `workerless_s`."""
+
+    def __init__(self, patience_s: float, workerless_s: float, clock=time.monotonic):
+        self.patience_s, self.workerless_s, self.clock = patience_s, workerless_s, clock
+        self.last_moved = self.last_worker = clock()
+
+    def moved(self):
+        self.last_moved = self.clock()
+
+    def stalled(self, workers: int) -> str | None:
+        """Why the run should stop waiting, or None."""
+        now = self.clock()
+        if workers:
+            self.last_worker = now
+        if now - self.last_worker >= self.workerless_s:
+            return f"the cluster had no worker for {now - self.last_worker:.0f} s"
+        if now - self.last_moved >= self.patience_s:
+            return f"nothing finished for {now - self.last_moved:.0f} s, longer than grading a submission may take"
+        return None
+
+
+class _Grading:
+    """Sends every submission to the cluster and records each as it returns.
+
+    A task that failed (the grader's side raised, or its worker died while it graded it) waits for a control:
+    the assignment's reference notebook graded the same way (on the same worker where it is alive), at most once
+    per assignment per run and only when needed. If the control fails too, the grader is broken: not graded, with
+    both causes. If it passes, the failure was the submission's: graded, every grade cell without a verdict of its
+    own at 0 with what happened (`stopped`). Dask also gives up on a task that only waited its turn on a worker
+    that died twice (KilledWorker): that one is sent again, once, and never blamed."""
+
+    def __init__(self, root, client, submit, recorder, outcomes, sources, clock, bar, memory_mb):
+        self.root, self.client, self.submit, self.recorder = root, client, submit, recorder
+        self.outcomes, self.sources, self.clock, self.bar, self.memory_mb = outcomes, sources, clock, bar, memory_mb
+        self.finished = queue.Queue()
+        self.sent = {}  # future -> (a submission's job (key, nb, notes, flagged), or an assignment for its control,
+        #                            the notebook sent, whether it was sent again)
+        self.verdicts = {}  # assignment -> None (its reference notebook passed) or why it failed
+        self.waiting = collections.defaultdict(list)  # assignment -> [(job, Failure, seconds)] until its verdict
+        self.stopped = {}  # key -> what stopped its grading (graded all the same)
+
+    def _send(self, what, nb_json, again=False, **placement):
+        name = what if isinstance(what, str) else what[0][1]
+        future = self.submit(nb_json, name, **placement)
+        self.sent[future] = (what, nb_json, again)
+        future.add_done_callback(self.finished.put)
+
+    def run(self, jobs, watchdog: Watchdog):
+        for job in jobs:
+            self._send(job, nbformat.writes(job[1]))
+        while self.sent:
+            try:
+                future = self.finished.get(timeout=POLL_S)
+            except queue.Empty:
+                if why := watchdog.stalled(_workers(self.client)):
+                    self._give_up(why)
+                    return
+                continue
+            watchdog.moved()
+            what, nb_json, again = self.sent.pop(future)
+            control = isinstance(what, str)
+            executed, seconds, failure = _returned(future, None if control else what[1])
+            waited = failure is not None and failure.killed and not _was_grading(self.client, future.key,
+                                                                                  failure.worker)
+            if waited and not again:  # it only waited its turn on a worker that another task took down
+                self._send(what, nb_json, again=True, **({"priority": 1} if control else {}))
+                continue
+            if control:
+                self._resolve(what, None if failure is None else failure.cause)
+            elif failure is None:
+                self._record(what, executed=executed, source=self.sources[what[0][1]], seconds=seconds)
+            elif waited:
+                self._record(what, grader_side=True, reason="the grader failed, not the submission: twice, the "
+                             "workers it waited on died before they began to grade it (KilledWorker)")
+            else:
+                self._wait_for_control(what, failure, seconds)
+
+    def _record(self, job, notes=(), **what):
+        key, _, own_notes, flagged = job
+        with self.clock("  of which recording scores"):
+            _record(self.recorder, self.outcomes, key, notes=[*own_notes, *notes], flagged=flagged, **what)
+        self.bar.set_postfix_str(f"{key[0]}/{key[1]} {self.outcomes[key].seconds:.1f} s")
+        self.bar.update()
+
+    def _wait_for_control(self, job, failure, seconds):
+        name = job[0][1]
+        self.waiting[name].append((job, failure, seconds))
+        if name in self.verdicts:
+            self._resolve(name, self.verdicts[name])
+            return
+        if name in (what for what, _, _ in self.sent.values()):
+            return
+        try:
+            reference = control_notebook(self.root, name, self.sources[name])
+        except Exception as err:
+            self._resolve(name, f"it could not be read ({_cause(err)})")
+            return
+        alive = failure.worker if not failure.killed else None
+        self._send(name, reference, priority=1, **({"workers": [alive], "allow_other_workers": True} if alive else {}))
+
+    def _resolve(self, name, control):
+        """Record every failed submission of `name` by its control's verdict (None: the reference passed)."""
+        self.verdicts[name] = control
+        for job, failure, seconds in self.waiting.pop(name, []):
+            if control is not None:
+                self._record(job, seconds=seconds, grader_side=True, reason=(
+                    f"the grader failed, not the submission: {failure.cause}; the assignment's reference notebook, "
+                    f"graded the same way, fails too: {control}"))
+                continue
+            what = self._what_happened(failure)
+            self.stopped[job[0]] = what
+            self._record(job, executed=_stopped(job[1], failure, what), source=self.sources[name], seconds=seconds,
+                         notes=[f"its grading stopped: {what} (the reference notebook passed the same grading): "
+                                "every exercise without a verdict before then scores 0"])
+
+    def _what_happened(self, failure) -> str:
+        if not failure.killed:
+            return f"your notebook made the grader fail: {failure.cause}"
+        if _killed_for_memory(self.client, failure.worker):
+            limit = f"the grader's memory ({self.memory_mb} MB)" if self.memory_mb else "its worker's memory limit"
+            return f"the grading worker was killed while it ran your notebook: it exceeded {limit}"
+        return "the grading worker died while it ran your notebook"
+
+    def _give_up(self, why):
+        """End the run: every submission left is not graded, the grader's side, with `why`."""
+        reason = f"the grader stopped waiting for it: {why}; grade it again"
+        for what, _, _ in self.sent.values():
+            if not isinstance(what, str):
+                self._record(what, reason=reason, grader_side=True)
+        for waiting in self.waiting.values():
+            for job, failure, seconds in waiting:
+                self._record(job, seconds=seconds, grader_side=True, reason=(
+                    f"{reason} (its grading had failed, {failure.cause}, and the control that would say whose "
+                    "failure it was had not finished)"))
+        with contextlib.suppress(Exception):
+            self.client.cancel(list(self.sent))
 
 
 def scores(root: pathlib.Path, names: list) -> list:

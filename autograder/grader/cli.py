@@ -142,6 +142,11 @@ def grade(args) -> int:
     if flagged:
         print(f"{flagged} submission{'s' * (flagged != 1)} reach{'es' * (flagged == 1)} for the grader's internals "
               "(hooks, code objects, the checks, answer keys): flags.csv in the report lists each line to read")
+    if result.stopped:
+        n = len(result.stopped)
+        print(f"{n} submission{'s' * (n != 1)} made the grader fail (an error on its side, a worker killed) where the "
+              "assignment's reference notebook passed: graded, 0 for each exercise not graded before; failures.csv "
+              "says what happened")
     ours = sum(o.grader_side for o in result.not_graded())
     if failed - ours:
         print(f"{failed - ours} submission{'s' * (failed - ours != 1)} could not be graded and scored 0: "
