@@ -1282,9 +1282,12 @@ def test_a_submission_whose_grading_takes_its_worker_over_its_memory_scores_0_wi
     the grading worker past --worker-memory-mb. Dask restarts the worker, grades it again, gives up
     (KilledWorker); the reference notebook, graded on the same cluster, passes: the submission is graded,
     every exercise 0 with the reason, never "not graded"; the perfect student beside it scores full marks."""
+    import dask
     run = small_class(course_01, tmp_path, {"a_huge_answer": HUGE, "perfect": GOOD})
-    result = classgrade.grade_class(tmp_path, [NAME], workers=1, limits=Limits(cell_seconds=60), progress=False,
-                                    run=run, worker_memory_mb=TIGHT_WORKER_MB)
+    # the nanny samples its worker's memory: every 10 ms, not Dask's 100, so that no peak goes unseen
+    with dask.config.set({"distributed.worker.memory.monitor-interval": "10ms"}):
+        result = classgrade.grade_class(tmp_path, [NAME], workers=1, limits=Limits(cell_seconds=60), progress=False,
+                                        run=run, worker_memory_mb=TIGHT_WORKER_MB)
     assert result.not_graded() == [], [o.reason for o in result.not_graded()]
     rows = classgrade.scores(tmp_path, [NAME])
     assert {s: sum(r["score"] for r in rows if r["student"] == s) for s in ("perfect", "a_huge_answer")} == {
