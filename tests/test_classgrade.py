@@ -78,10 +78,11 @@ ANSWERS = {  # student -> (relu_grad's cell, expected total)
     "warnings_on_stderr": ("import sys, warnings\ndef relu_grad(x):\n    warnings.warn('noisy')\n"
                            "    print('chatter', file=sys.stderr)\n    return (x > 0).to(x.dtype)", 12),
     "renamed_function": ("def relu_gradient(x):\n    return (x > 0).to(x.dtype)", 11),
-    "patches_the_checks": (CHEAT, 11),
+    # patches at top level: the judge can vouch for no by-hand exercise of the notebook
+    "patches_the_checks": (CHEAT, 0),
     "patches_builtins": ("import builtins\nbuiltins.all = lambda *a: True\nbuiltins.any = lambda *a: False\n"
                          "builtins.abs = lambda x: 0\nbuiltins.max = lambda *a, **k: 0\n"
-                         "def relu_grad(x):\n    return x", 11),
+                         "def relu_grad(x):\n    return x", 0),
     "huge_exception_message": ("def relu_grad(x):\n    raise ValueError('x' * 5_000_000)", 11),
 }
 # Submissions that attack the grader: its files and those of the checkout the package is installed
@@ -96,7 +97,7 @@ INTRUDERS = {
         "    nb = json.load(open('{root}/solutions/01_chain_rule/01_chain_rule.ipynb'))\n"
         "    scope = {}\n"
         "    exec([''.join(c['source']) for c in nb['cells'] if 'def relu_grad' in ''.join(c['source'])][0], scope)\n"
-        "    return scope['relu_grad'](x)", 11, "FileNotFoundError|PermissionError"),
+        "    return scope['relu_grad'](x)", 0, "FileNotFoundError|PermissionError"),  # exec: no by-hand exercise judged
     "reads_the_gradebook": ("def relu_grad(x):\n    open('{root}/gradebook.db', 'rb').read()\n"
                             "    return (x > 0).to(x.dtype)", 11, "FileNotFoundError|PermissionError"),
     "erases_the_gradebook": ("def relu_grad(x):\n    open('{root}/gradebook.db', 'wb').close()\n"
@@ -113,7 +114,7 @@ INTRUDERS = {
         "    nb = json.load(open(checkout / 'solutions/01_chain_rule/01_chain_rule.ipynb'))\n"
         "    scope = {}\n"
         "    exec([''.join(c['source']) for c in nb['cells'] if 'def relu_grad' in ''.join(c['source'])][0], scope)\n"
-        "    return scope['relu_grad'](x)", 11,
+        "    return scope['relu_grad'](x)", 0,  # exec: no by-hand exercise judged
         f"FileNotFoundError.*'{re.escape(str(course.ROOT))}/solutions/01_chain_rule/01_chain_rule.ipynb'"),
     # Every loopback port (the local Dask scheduler's among them, wherever it listens), every
     # listener in /proc/net/tcp, an outside address; it reports what answered other than its own.
@@ -243,7 +244,7 @@ INTRUDERS = {
         "            for flag in (0x10000000, 0x00020000, 0x40000000)]\n"
         "    said.append('mounted' if libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) == 0 else\n"
         "                errno.errorcode.get(ctypes.get_errno(), '?'))\n"
-        "    raise PermissionError(f'namespaces and mount: {said}')", 11,
+        "    raise PermissionError(f'namespaces and mount: {said}')", 0,  # ctypes: no by-hand exercise judged
         re.escape("namespaces and mount: ['EPERM', 'EPERM', 'EPERM', 'EPERM']")),
     # Forward-mode autograd was not among the guarded doors: a notebook 01 computed by it scored 12/12.
     "uses_forward_mode_autograd": (
@@ -252,8 +253,9 @@ INTRUDERS = {
         "def relu_grad(x):\n"
         "    with dual_level():\n"
         "        return unpack_dual(torch.relu(make_dual(x, torch.ones_like(x)))).tangent", 11, "called autograd"),
-    # A kernel cannot be stopped from patching the checks in its own process (here the guard that
-    # refuses autograd): the score stands, and the line is flagged for the instructor (flags.csv).
+    # A kernel can patch the checks its notebook imported (here the guard that refuses autograd), not the
+    # private copy that answers the grader's calls: relu_grad is refused there ("called autograd"), and the
+    # judge, reading the patch, refuses every by-hand exercise.
     "switches_off_the_autograd_guard": (
         "import contextlib, torch\n"
         "import autograder.checks.student_calls as _sc\n"
@@ -262,11 +264,12 @@ INTRUDERS = {
         "    leaf = x.detach().clone().requires_grad_()\n"
         "    with torch.enable_grad():\n"
         "        torch.relu(leaf).sum().backward()\n"
-        "    return leaf.grad", 12, None),
+        "    return leaf.grad", 0, "called autograd"),
 }
 # What a kernel sends its grader or leaves in the exchange folder: each of these made the grading worker fail
 # (the submission "not graded", never its own 0) in a class run. student -> (relu_grad's cell, expected total,
-# what relu_grad's message must match).
+# what relu_grad's message must match). Each reaches the kernel through IPython, which the by-hand judge
+# refuses: every by-hand exercise of 01 scores 0 (total 0); relu_grad's message is what the grader met.
 MESSAGE_ATTACKS = {
     "sends_a_message_twice": (  # jupyter_client's session refused the copy with a ValueError out of nbclient
         "from IPython import get_ipython\n"
@@ -275,7 +278,7 @@ MESSAGE_ATTACKS = {
         "    m = _k.session.msg('stream', {'name': 'stdout', 'text': 'x'})\n"
         "    _k.session.send(_k.iopub_socket, m)\n"
         "    _k.session.send(_k.iopub_socket, m)\n"
-        "    return (x > 0).to(x.dtype)", 11,
+        "    return (x > 0).to(x.dtype)", 0,
         r"MessageFault: the kernel sent a message the grader cannot read \(ValueError: Duplicate Signature"),
     "sends_100_frames_of_30_mb": (  # each frame under ZMQ's per-frame limit: 3 GB assembled in the worker
         "from IPython import get_ipython\n"
@@ -283,7 +286,7 @@ MESSAGE_ATTACKS = {
         "    _k = get_ipython().kernel\n"
         "    big = memoryview(bytes(30 * 2**20))\n"
         "    _k.session.send(_k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'x'}, buffers=[big] * 100)\n"
-        "    return (x > 0).to(x.dtype)", 11,
+        "    return (x > 0).to(x.dtype)", 0,
         f"MessageFault: the kernel sent a message of more than {isolation.MESSAGE_BYTES:,} bytes"),
     # It keeps each call's answer file open (named in the cell that serves the call) and, from its third call,
     # a thread grows those the grader has unlinked, taking whatever space the grader frees, until the next
@@ -317,7 +320,49 @@ MESSAGE_ATTACKS = {
         "        filling.append(threading.Thread(target=fill, daemon=True))\n"
         "        filling[0].start()\n"
         "        full.wait()\n"
-        "    return (x > 0).to(x.dtype)", 11, r"no readable answer came back from your notebook \(it wrote nothing\)"),
+        "    return (x > 0).to(x.dtype)", 0, r"no readable answer came back from your notebook \(it wrote nothing\)"),
+}
+# Answers that get around a by-hand rule inside the kernel (each scored 12/12 in a class run before the judge,
+# issue 28). The judge reads the source in the grader: relu_grad is refused, and where the notebook patches
+# or reflects at top level (or in an answer a released cell calls there), every by-hand exercise of 01 is.
+# student -> (relu_grad's cell, expected total, what relu_grad's message must match, what another exercise's).
+BY_HAND_ATTACKS = {
+    "autograd_through_the_engine": (
+        "import torch\n"
+        "def relu_grad(x):\n"
+        "    leaf = x.detach().clone().requires_grad_()\n"
+        "    with torch.enable_grad():\n"
+        "        y = torch.relu(leaf).sum()\n"
+        "    torch.autograd.variable.Variable._execution_engine.run_backward(\n"
+        "        (y,), (torch.ones_like(y),), False, False, (leaf,), True)\n"
+        "    return leaf.grad", 0, r"ByHandRule: relu_grad: cell \d+, line 6 .* reaches "
+        r"torch\.autograd\.variable\.Variable\._execution_engine, a private part of torch", "_execution_engine"),
+    "switches_off_the_guard_through_the_checks": (
+        "import contextlib, torch\n"
+        "from autograder import checks\n"
+        "checks.student_calls._autograd_forbidden = lambda e: contextlib.nullcontext()\n"
+        "def relu_grad(x):\n"
+        "    return torch.autograd.grad(torch.relu(x.detach().requires_grad_()).sum(), x)[0]", 0,
+        "called autograd", r"changes autograder\.checks\.student_calls\._autograd_forbidden"),
+    "binds_forward_mode_early": (
+        "import torch\n"
+        "enter, make, unpack = torch._C._enter_dual_level, torch._VF._make_dual, torch._VF._unpack_dual\n"
+        "leave = torch._C._exit_dual_level\n"
+        "def relu_grad(x):\n"
+        "    level = enter()\n"
+        "    try:\n"
+        "        return unpack(torch.relu(make(x, torch.ones_like(x), level)), level)[1]\n"
+        "    finally:\n"
+        "        leave(level=level)", 0, r"reaches torch\._C, a private part of torch", r"reaches torch\._C"),
+    # Its record once made the grader's decode import `autograder.no_such_module`: "not graded", every time.
+    "returns_a_record_of_no_module": (
+        "import dataclasses\n"
+        "@dataclasses.dataclass\n"
+        "class Record:\n"
+        "    __module__ = 'autograder.no_such_module'\n"
+        "    values: list\n"
+        "def relu_grad(x):\n"
+        "    return Record((x > 0).tolist())", 0, "not a grading record", r"sets a class's __module__"),
 }
 ISOLATED = isolation.available()  # bubblewrap starts here (as root, or in a user namespace)
 NO_SANDBOX = f"kernels cannot be sandboxed here, and grading stops without a sandbox: {isolation.problem()}"
@@ -551,7 +596,7 @@ def graded(tmp_path_factory):
     for student, (cell, _) in ANSWERS.items():
         answers = {} if student == "blank" else {**perfect, VICTIM: cell} if cell else perfect
         place(root, student, submission(released, answers))
-    for student, (cell, _, _) in {**INTRUDERS, **MESSAGE_ATTACKS}.items():
+    for student, (cell, *_) in {**INTRUDERS, **MESSAGE_ATTACKS, **BY_HAND_ATTACKS}.items():
         attack = cell.replace("{root}", str(root)).replace("{token}", token)
         place(root, student, submission(released, {**perfect, VICTIM: attack}))
     for student, (how, cell, _, _) in EDITS.items():
@@ -590,7 +635,7 @@ def graded(tmp_path_factory):
 
 
 def expected_totals(result):
-    expected = {s: float(v[1]) for s, v in {**ANSWERS, **INTRUDERS, **MESSAGE_ATTACKS}.items()}
+    expected = {s: float(v[1]) for s, v in {**ANSWERS, **INTRUDERS, **MESSAGE_ATTACKS, **BY_HAND_ATTACKS}.items()}
     expected |= {s: float(v[2]) for s, v in EDITS.items()}
     expected |= {s: 0.0 for s in BROKEN}
     expected |= {result.zip_ids[z]: float(score) for z, (score, _) in ZIPS.items()}
@@ -1075,12 +1120,107 @@ def test_lines_that_reach_for_the_grader_are_listed_for_the_instructor(graded):
     with open(graded.root / "reports" / "flags.csv") as f:
         flagged = {}
         for row in csv.DictReader(f):
-            flagged.setdefault(row["student"], set()).add(row["what"])
-    assert "the grading package's internals" in flagged["patches_the_checks"]
-    assert "the grading package's internals" in flagged["copies_from_the_install_checkout"]
-    assert "builtins" in flagged["patches_builtins"] and "an answer key" in flagged["copies_the_solution"]
-    assert "the grading package's internals" in flagged["switches_off_the_autograd_guard"]
+            flagged.setdefault(row["student"], []).append(row["what"])
+
+    def says(student, words):
+        return any(words in what for what in flagged.get(student, ()))
+    assert says("patches_the_checks", "changes autograder.checks.expect_close")
+    assert says("copies_from_the_install_checkout", "uses exec")
+    assert says("patches_builtins", "uses builtins") and says("copies_the_solution", "names the course's solutions")
+    assert says("switches_off_the_autograd_guard", "changes autograder.checks.student_calls._autograd_forbidden")
+    for student, (*_, other) in BY_HAND_ATTACKS.items():
+        assert any(re.search(other, what) for what in flagged[student]), (student, flagged[student])
     assert "perfect" not in flagged and "blank" not in flagged
+
+
+def test_an_answer_around_a_by_hand_rule_scores_0_with_the_line_and_the_rule(graded):
+    """Each scored full marks in trusted mode before the judge (issue 28): the kernel's guard was patched,
+    reached around, or bound early. relu_grad's message is the first one met (the private guard's in the
+    kernel, else the judge's); every other by-hand exercise names the line that made the notebook unjudgeable."""
+    rows = classgrade.scores(graded.root, [NAME])
+    for student, (_, _, own, other) in BY_HAND_ATTACKS.items():
+        mine = {r["exercise"]: r for r in rows if r["student"] == student}
+        assert graded.result.outcomes[(student, NAME)].graded
+        assert re.search(own, mine[VICTIM]["message"]), (student, mine[VICTIM]["message"])
+        assert all(r["score"] == 0 and re.search(other, r["message"]) and "ByHandRule" in r["message"]
+                   for name, r in mine.items() if name != VICTIM), (student, mine)
+
+
+def trimmed(name, answers):
+    """A submission of `name` as a student may leave it: the reference's answers but `answers`, every other
+    cell of theirs emptied but the set-up cell (it runs in seconds, and no released cell calls an answer)."""
+    reference = {course.nbgrader_meta(c)["grade_id"].removesuffix("_solution"): c.source
+                 for c in course.solution_cells(course.read(course.solution_path(name)))}
+    nb = submission(course.release_path(name), {**reference, **answers})
+    setup = next(c for c in nb.cells if c.cell_type == "code" and "import torch" in c.source)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell is not setup and not course.nbgrader_meta(cell):
+            cell.source = ""
+    return nb
+
+
+EMPTY_KERNEL = "@triton.jit\ndef nothing(x_ptr):\n    pass\n\n\n"
+# Answers of 03 and 09 that got around the kernel's guards (issue 28: 31/31 and 14/14 in trusted mode), with
+# the answers that use them refused too (03's Tensor engine calls vjp_relu; 09's TritonSiLU, silu_forward).
+# (notebook, student) -> (answers, expected total, {grade_id: what its message must match})
+OTHER_BY_HAND_ATTACKS = {
+    ("03_vjp", "perfect"): ({}, 31, {}),
+    ("03_vjp", "dispatch_switched_off"): (
+        {"vjp_relu": "def vjp_relu(x, g):\n    with torch._C._DisableTorchDispatch():\n"
+                     "        return g * (x > 0).to(g.dtype)"}, 23,
+        {"vjp_relu": r"ByHandRule: vjp_relu: cell \d+, line 2 .* reaches torch\._C, a private part of torch",
+         "Tensor-ops": r"ByHandRule: Tensor: .* reaches torch\._C"}),
+    ("09_kernels", "perfect"): ({}, 14, {}),
+    ("09_kernels", "empty_kernel_then_silu"): (
+        {"silu_forward": EMPTY_KERNEL + "def silu_forward(x):\n    nothing[(1,)](x)\n"
+                                        "    with torch._C._DisableTorchDispatch():\n        return F.silu(x)"}, 10,
+        {"silu_forward": r"ByHandRule: silu_forward: .* reaches torch\._C", "TritonSiLU": r"ByHandRule: TritonSiLU"}),
+    ("09_kernels", "empty_kernel_then_numpy"): (
+        {"silu_forward": "import numpy as np\n" + EMPTY_KERNEL + "def silu_forward(x):\n    nothing[(1,)](x)\n"
+                         "    y = np.asarray(x.detach().cpu())\n"
+                         "    return torch.from_numpy(np.asarray(y / (1 + np.exp(-y))))"},
+        10, {"silu_forward": r"uses numpy outside a kernel: in this exercise all the maths is in your Triton kernels"}),
+    ("09_kernels", "dispatch_modes_switched_off"): (
+        {"silu_forward": "from torch.utils._python_dispatch import _disable_current_modes\n" + EMPTY_KERNEL +
+                         "def silu_forward(x):\n    nothing[(1,)](x)\n    with _disable_current_modes():\n"
+                         "        return x * torch.sigmoid(x)"}, 0,
+        {"silu_forward": r"reaches torch\.utils\._python_dispatch, a private part of torch",
+         "rmsnorm_forward": r"reaches torch\.utils\._python_dispatch"}),
+    ("09_kernels", "replaces_the_guard"): (
+        {"silu_forward": "from autograder.checks import kernels as kc\n"
+                         "kc.guard.run_guarded = lambda *a, **k: kc.KernelRun(*a)\n"
+                         "def silu_forward(x):\n    return x * torch.sigmoid(x)"}, 0,
+        {"rmsnorm_forward": r"changes autograder\.checks\.kernels\.guard\.run_guarded"}),
+}
+
+
+@SANDBOXED
+def test_answers_around_the_guards_of_03_and_09_score_0_in_both_modes(tmp_path):
+    """A class run of 03 and 09 in trusted mode, then 03 again in plain mode (its hidden tests in the kernel):
+    the judge's verdicts are the same in both."""
+    names = ["03_vjp", "09_kernels"]
+    shutil.copy(course.ROOT / "nbgrader_config.py", tmp_path)
+    for name in names:
+        shutil.copytree(course.SOLUTIONS / name, tmp_path / "solutions" / name)
+    run = classgrade.nbgrader_runner(tmp_path)
+    classgrade.ensure_in_gradebook(tmp_path, names, run)
+    for (name, student), (answers, _, _) in OTHER_BY_HAND_ATTACKS.items():
+        folder = tmp_path / "submitted" / student / name
+        folder.mkdir(parents=True)
+        nbformat.write(trimmed(name, answers), folder / f"{name}.ipynb")
+    limits = Limits(cell_seconds=120, submission_seconds=600)
+    for mode, graded_names in (("trusted", names), ("plain", ["03_vjp"])):
+        result = classgrade.grade_class(tmp_path, graded_names, workers=2, limits=limits, progress=False, run=run,
+                                        plain=mode == "plain")
+        assert result.not_graded() == [], [o.reason for o in result.not_graded()]
+        rows = classgrade.scores(tmp_path, graded_names)
+        for (name, student), (_, total, says) in OTHER_BY_HAND_ATTACKS.items():
+            if name not in graded_names:
+                continue
+            mine = {r["exercise"]: r for r in rows if r["student"] == student and r["notebook"] == name}
+            assert sum(r["score"] for r in mine.values()) == total, (mode, name, student, mine)
+            for grade_id, pattern in says.items():
+                assert re.search(pattern, mine[grade_id]["message"]), (mode, student, mine[grade_id])
 
 
 def test_the_watchdog_ends_a_run_where_nothing_finishes_or_no_worker_is_left():

@@ -1,5 +1,6 @@
 """The trusted-grading boundary: only data comes back from the kernel, and what a call changed
 in the grader's models, optimizers and tensors is carried back to them."""
+import contextlib
 import errno
 import io
 import json
@@ -68,6 +69,54 @@ def test_a_student_call_that_raises_a_huge_message_fails_with_its_type_and_a_cut
 def test_a_dataclass_from_elsewhere_is_not_rebuilt():
     encoded = {"__dataclass__": ["os", "path"], "fields": {}}
     assert isinstance(boundary.decode(encoded, []), boundary.Opaque)
+
+
+def test_decoding_never_imports_the_module_a_record_names(monkeypatch):
+    """A dataclass whose __module__ was set to `autograder.no_such_module` once made the grader's decode import
+    it: the ModuleNotFoundError counted as the grader's failure, and the notebook was never graded."""
+    monkeypatch.setattr("importlib.import_module", lambda *a, **k: pytest.fail("decode imported a module"))
+    for module, name in (("autograder.no_such_module", "Record"), ("autograder.checks.kernels.guard", "KernelRun"),
+                         ("autograder.learner.memory", "Measurement.__init__")):
+        got = boundary.decode({"__dataclass__": [module, name], "fields": {}}, [])
+        assert isinstance(got, boundary.Opaque) and "not a grading record" in repr(got), (module, name)
+
+
+def test_answers_shaped_to_fail_the_graders_reading_are_the_submissions_zero(tmp_path):
+    """Fields a record does not have, a dtype that is not one, a parameter the grader never sent: each is
+    refused as what came back from the notebook, never a failure of the grader's."""
+    answers = [{"__dataclass__": ["autograder.learner.memory", "Measurement"], "fields": {"no_such_field": 1}},
+               {"__torch__": "device", "text": "no-such-device:7"}, {"__parameter__": [3, "weight"]}]
+    for answer in answers:
+        exchange = isolation.Exchange()
+        try:
+            remote = mutation.Loopback({}, exchange)
+            remote.ask = lambda request, response, answer=answer: torch.save({"result": answer, "after": []},
+                                                                            response)
+            with pytest.raises(checks.GradingError, match="could not be read"):
+                remote.call("relu_grad", boundary.StudentName("relu_grad"), [], {})
+        finally:
+            exchange.remove()
+    assert isinstance(boundary.decode({"__torch__": "dtype", "text": "torch._C"}, []), boundary.Opaque)
+
+
+def test_the_kernel_answers_with_a_private_copy_that_a_notebook_cannot_patch():
+    """The notebook's own `autograder` may be patched; the copy that answers the grader is loaded from the
+    package's files while the call runs, and the notebook's copy is back, as it was, afterwards."""
+    import sys
+    public = sys.modules["autograder.checks.student_calls"]
+    saved = public._autograd_forbidden
+    public._autograd_forbidden = lambda exercise: contextlib.nullcontext()  # what a notebook did
+    try:
+        with kernel.private_package() as private:
+            inside = sys.modules["autograder.checks.student_calls"]
+            assert inside is not public and private.__file__ == kernel.__file__
+            with pytest.raises(Exception, match="called autograd") as refused:  # the private copy's GradingError
+                inside.call_student("relu_grad", lambda x: torch.autograd.grad(x.sum(), x),
+                                    torch.ones(2, requires_grad=True), no_autograd=True)
+        assert type(refused.value).__name__ == "GradingError" and type(refused.value) is not checks.GradingError
+        assert sys.modules["autograder.checks.student_calls"] is public and public._autograd_forbidden is not saved
+    finally:
+        public._autograd_forbidden = saved
 
 
 def test_a_models_own_parameter_comes_back_as_the_graders_parameter():

@@ -33,7 +33,7 @@ import nbformat
 from nbgrader import utils
 from nbgrader.api import Gradebook, MissingEntry
 
-from autograder.grader import cgroup, flags, isolation, keys, recording, sanitize, submissions, trusted
+from autograder.grader import cgroup, flags, isolation, judge, keys, recording, sanitize, submissions, trusted
 from autograder.grader.nbgrader_run import nbgrader_runner, with_scripts_on_path
 from autograder.grader.sandbox import Limits, error_output, run_notebook, thread_pool
 
@@ -373,19 +373,11 @@ class Phases:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - began
 
 
-def released_lines(root: pathlib.Path, name: str) -> set:
-    """The lines of the notebook students were given (release/, else the source): not theirs to flag."""
-    for path in (root / "release" / name / f"{name}.ipynb", root / "solutions" / name / f"{name}.ipynb"):
-        if path.is_file():
-            return flags.released_lines(nbformat.read(path, as_version=4))
-    return set()
-
-
 def _prepare_all(root, names, sources, problems) -> tuple:
     """([(key, notebook to run, notes, flags)], {key: why it cannot be graded}, {keys never to record in
     the gradebook}) for every submission."""
     found, more = submissions.find_submissions(root, names)
-    blocked, released = {}, {}
+    blocked = {}
     for problem in problems + more:
         blocked.setdefault((problem.student, problem.assignment), problem.reason)
     unrecorded = {(p.student, p.assignment) for p in problems + more if not p.recorded}
@@ -396,9 +388,7 @@ def _prepare_all(root, names, sources, problems) -> tuple:
             continue
         try:
             nb, notes = prepare(root, sub, sources[sub.assignment])
-            if sub.assignment not in released:
-                released[sub.assignment] = released_lines(root, sub.assignment)
-            flagged = flags.scan(nb, released[sub.assignment])
+            flagged = flags.scan(nb, judge.baseline(root, sub.assignment))
         except submissions.NotGradable as err:
             blocked[key] = str(err)
             continue
