@@ -37,7 +37,7 @@ import tqdm
 from conftest import require
 from test_nbgrader_e2e import submission
 
-from autograder.grader import cgroup, classgrade, isolation, recording, report, sanitize, submissions
+from autograder.grader import cgroup, classgrade, cluster, isolation, recording, report, sanitize, submissions
 from autograder.grader.sandbox import Limits
 
 NAME, VICTIM = "01_chain_rule", "relu_grad"
@@ -993,7 +993,7 @@ def _tls_without_a_certificate_is_refused(host: str, port: int) -> bool:
 
 def test_the_local_cluster_authenticates_listens_on_loopback_only_and_limits_memory():
     import psutil
-    with classgrade.dask_client(1, None, memory_mb=1234) as client:
+    with cluster.dask_client(1, None, memory_mb=1234) as client:
         info = client.scheduler_info()
         assert info["address"].startswith("tls://127.0.0.1:")
         assert [w["memory_limit"] for w in info["workers"].values()] == [1234 * 2**20]
