@@ -333,10 +333,10 @@ BY_HAND_ATTACKS = {
         "    leaf = x.detach().clone().requires_grad_()\n"
         "    with torch.enable_grad():\n"
         "        y = torch.relu(leaf).sum()\n"
-        "    torch.autograd.variable.Variable._execution_engine.run_backward(\n"
-        "        (y,), (torch.ones_like(y),), False, False, (leaf,), True)\n"
-        "    return leaf.grad", 0, r"ByHandRule: relu_grad: cell \d+, line 6 .* reaches "
-        r"torch\.autograd\.variable\.Variable\._execution_engine, a private part of torch", "_execution_engine"),
+        "    return torch.autograd.variable.Variable._execution_engine.run_backward(\n"
+        "        (y,), (torch.ones_like(y),), False, False, (leaf,), True, False)[0]", 0,
+        r"ByHandRule: relu_grad: cell \d+, line 6 .* reaches torch"
+        r"\.autograd\.variable\.Variable\._execution_engine, a private part of torch", "_execution_engine"),
     "switches_off_the_guard_through_the_checks": (
         "import contextlib, torch\n"
         "from autograder import checks\n"
@@ -911,7 +911,9 @@ def test_the_plain_nbgrader_step_turns_an_impossible_partial_credit_into_an_erro
 
 @SANDBOXED
 def test_plain_mode_bounds_a_forged_partial_credit(tmp_path):
-    """--plain: test cells run in the kernel, where a submission can make a test cell's last value 1000."""
+    """--plain: test cells run in the kernel, where a submission can make a test cell's last value 1000 by
+    patching the checks; the judge, reading that patch, refuses every by-hand exercise (the bound itself:
+    test_scores_stay_within_each_cells_points)."""
     run, released = new_class(tmp_path)
     perfect = perfect_answers()
     # relu_grad's test cell ends with chain_rule.check_layouts(...): its value becomes the cell's value
@@ -923,10 +925,11 @@ def test_plain_mode_bounds_a_forged_partial_credit(tmp_path):
     result = classgrade.grade_class(tmp_path, [NAME], workers=2, limits=Limits(cell_seconds=30), progress=False,
                                     run=run, plain=True)
     run("export")
-    with open(tmp_path / "grades.csv") as f:
+    with open(tmp_path / "grades.csv") as f:  # the patch of the checks: no by-hand exercise of 01 is judged
         assert {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)} == {
-            "perfect": 12.0, "forged_partial_credit": 11.0}
-    assert "not a score between 0 and 1" in result.outcomes[("forged_partial_credit", NAME)].messages[VICTIM]
+            "perfect": 12.0, "forged_partial_credit": 0.0}
+    message = result.outcomes[("forged_partial_credit", NAME)].messages[VICTIM]
+    assert "ByHandRule" in message and "changes autograder.checks.chain_rule.check_layouts" in message, message
 
 
 def test_restore_rebuilds_from_the_source_and_says_what_it_undid(graded):

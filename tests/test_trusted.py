@@ -75,10 +75,13 @@ def test_decoding_never_imports_the_module_a_record_names(monkeypatch):
     """A dataclass whose __module__ was set to `autograder.no_such_module` once made the grader's decode import
     it: the ModuleNotFoundError counted as the grader's failure, and the notebook was never graded."""
     monkeypatch.setattr("importlib.import_module", lambda *a, **k: pytest.fail("decode imported a module"))
-    for module, name in (("autograder.no_such_module", "Record"), ("autograder.checks.kernels.guard", "KernelRun"),
-                         ("autograder.learner.memory", "Measurement.__init__")):
+    for module, name in (("autograder.no_such_module", "Record"), ("autograder.learner.memory", "Measurement.x"),
+                         ("autograder.learner.memory", "SavedTensorLedger")):  # the last is no dataclass
         got = boundary.decode({"__dataclass__": [module, name], "fields": {}}, [])
         assert isinstance(got, boundary.Opaque) and "not a grading record" in repr(got), (module, name)
+    fields = {"saved_bytes": 1, "peak_saved_bytes": 2, "peak_bytes": None, "seconds": 0.5}
+    assert boundary.decode({"__dataclass__": ["autograder.learner.memory", "Measurement"], "fields": fields}, []) \
+        == memory.Measurement(**fields), "a record of a module the grader has imported is rebuilt"
 
 
 def test_answers_shaped_to_fail_the_graders_reading_are_the_submissions_zero(tmp_path):
