@@ -1,4 +1,4 @@
-"""Instructor command line: `backprop-course release` and `backprop-course grade`.
+"""Instructor command line: `backprop-course release`, `backprop-course grade` and `backprop-course new`.
 
 `release [--check] [NOTEBOOK ...]` regenerates the student notebooks in notebooks/ from the nbgrader source in
 solutions/ (solutions replaced by stubs, hidden tests removed, outputs cleared) and puts the Colab
@@ -14,6 +14,9 @@ downloads) in parallel, records the scores in nbgrader's gradebook and writes a 
 autograder/grader/classgrade.py. A submission that cannot be graded scores 0 with the reason in
 reports/failures.csv and the others go on; the exit status is 0 when every submission was graded,
 2 when some could not be (the last line says how many), 1 when grading itself failed.
+
+`new NN_name "Title"` lays out a new notebook's skeleton (autograder/grader/skeleton.py): every file the
+checklist of docs/adding_a_notebook.md names, around one example exercise, then releases it.
 """
 import argparse
 import json
@@ -24,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from autograder.grader import colab
+from autograder.grader import colab, skeleton
 from autograder.grader.nbgrader_run import nbgrader_env
 
 NOT_ALL_GRADED = 2  # exit status: the run finished, but some submissions scored 0 without being graded
@@ -159,6 +162,21 @@ def grade(args) -> int:
     return 0
 
 
+def new(args) -> int:
+    root = args.root.resolve()
+    try:
+        written = skeleton.lay_out(root, args.name, args.title)
+    except skeleton.SkeletonError as err:
+        print(f"backprop-course new: {err}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path.relative_to(root)}")
+    status = release(root, [args.name], check=False)
+    print(f"{args.name}: a skeleton around one example exercise (cube_backward) that the course's tests pass; "
+          "docs/adding_a_notebook.md says what to replace, and which test checks each part")
+    return status
+
+
 def at_least_one(text: str) -> int:
     """A count that must be 1 or more (0 workers would wait for ever)."""
     value = int(text)
@@ -193,9 +211,15 @@ def main(argv=None) -> int:
     gr.add_argument("--unsandboxed", action="store_true",
                     help="grade even where kernels cannot be sandboxed (no bubblewrap, not Linux): students' "
                          "code then runs as you, with your files and network; never for untrusted submissions")
+    nw = commands.add_parser("new", help="lay out a new notebook's skeleton (docs/adding_a_notebook.md)")
+    nw.add_argument("name", help="the notebook's name: two digits, an underscore, words (10_attention)")
+    nw.add_argument("title", help="its title, as the README's table and its first heading show it")
+    nw.add_argument("--root", type=pathlib.Path, default=pathlib.Path.cwd(), help="the course repository")
     args = parser.parse_args(argv)
     if args.command == "grade":
         return grade(args)
+    if args.command == "new":
+        return new(args)
     return release(args.root.resolve(), args.notebooks, args.check)
 
 
