@@ -5,11 +5,13 @@ Markers (registered in pyproject.toml):
 - `gpu`: runs on CUDA (`make test-gpu`). Where torch sees no CUDA device, every such test is
   skipped here, at one place, so the summary says it once.
 - `needs(present, reason=...)`: the test needs a part of the machine (Graphviz's `dot`, Chromium,
-  kernel isolation, ...). Where `present` is false it is skipped with `reason`; when the
+  kernel isolation, root, ...). Where `present` is false it is skipped with `reason`; when the
   environment variable CI is set (`.ci/run` sets it) it FAILS instead, so that CI never passes
-  with a part of the course untested.
+  with a part of the course untested. `needs(module="triton", reason=...)`: the part is a Python
+  module, present where it can be imported (found without importing it at collection).
 """
 import functools
+import importlib.util
 import os
 import pathlib
 import tempfile
@@ -147,6 +149,12 @@ def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu") is not None and not cuda_available():
         pytest.skip(NO_GPU)
     for mark in item.iter_markers("needs"):
-        present = mark.args[0] if mark.args else mark.kwargs["present"]
         reason = mark.kwargs.get("reason") or (mark.args[1] if len(mark.args) > 1 else "a needed part is missing")
-        require(bool(present), reason)
+        require(_present(mark), reason)
+
+
+def _present(mark) -> bool:
+    """Whether a `needs` mark's part is here: its `present`, or its `module` can be imported."""
+    if "module" in mark.kwargs:
+        return importlib.util.find_spec(mark.kwargs["module"]) is not None
+    return bool(mark.args[0] if mark.args else mark.kwargs["present"])

@@ -44,7 +44,7 @@ def test_the_kernels_benchmark_counts_bytes_without_cuda():
 
 
 @pytest.mark.needs(isolation.available(), reason=f"kernels cannot be sandboxed here: {isolation.problem()}")
-@pytest.mark.skipif(os.geteuid() != 0, reason="control groups are made where the grader is root")
+@pytest.mark.needs(os.geteuid() == 0, reason="control groups are made where the grader is root")
 @pytest.mark.timeout(900)
 def test_the_cpu_shares_benchmark_grades_the_honest_student_in_every_condition():
     """One run of each condition (alone or beside a spinning neighbour, with and without the CPU limit):

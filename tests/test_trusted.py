@@ -259,7 +259,7 @@ def read_line(fd) -> str:
     return line.decode()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives a kernel a user of its own and a tmpfs per side")
+@pytest.mark.needs(os.geteuid() == 0, reason="only root gives a kernel a user of its own and a tmpfs per side")
 def test_a_kernel_can_neither_write_nor_fill_the_graders_side_of_the_exchange(monkeypatch):
     """An answer that kept its file open after the grader unlinked it, and grew it until the exchange was
     full, once made the grader's next request fail (ENOSPC): the grader's failure, not the submission's."""
