@@ -311,7 +311,9 @@ def a_learners_session(lab, page):
     recall.screenshot(path=ARTIFACTS / "quiz-recall-revealed.png")
 
 
-def wait_for_attempts(path, count, seconds=30):
+def wait_for_attempts(path, count, seconds=STEP_MS / 1000):
+    """The attempts saved, once there are `count` (a wait that ends as the file has them; `seconds`
+    is its ceiling, a page step's, on a loaded machine)."""
     deadline = time.monotonic() + seconds
     while len(saved_attempts(path)) < count and time.monotonic() < deadline:
         time.sleep(0.2)
