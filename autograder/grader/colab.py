@@ -6,7 +6,8 @@ renders the quizzes' widgets only once its widget manager is switched on. So `ba
 release` puts ``bootstrap_cell()`` first in every student notebook: in Colab it pip-installs the
 package from ``PACKAGE_SOURCE`` and enables the widget manager; anywhere else (JupyterLab,
 nbgrader, the tests) it does nothing and shows nothing. pip keeps Colab's torch, because the
-package asks for a range (``torch>=2.3,<3``), never a pin, and the cell asks for no upgrade.
+package asks for a range (pyproject.toml), never a pin, whose floor is not above Colab's torch and
+is what CI tests (`make test-floor`), and the cell asks for no upgrade.
 
 Forks: this file is the one place to change. Set ``REPOSITORY`` (and ``BRANCH``) to your fork, run
 `make release`, and commit notebooks/ and README.md: the first cell of every notebook then installs
@@ -27,7 +28,7 @@ _COLAB_LINK = re.compile(r"https://colab\.research\.google\.com/github/[^/\s)]+/
 
 _TEMPLATE = '''\
 # In Google Colab, this cell installs the course's package and turns on the quiz widgets;
-# anywhere else it does nothing. Colab keeps its own torch (the course takes torch 2.4 or later).
+# anywhere else it does nothing. Colab keeps its own torch (the course takes torch 2.10 or later).
 import sys
 
 COURSE_PACKAGE = "{source}"
@@ -58,7 +59,7 @@ def bootstrap_source(source: str = PACKAGE_SOURCE) -> str:
 
 def bootstrap_cell(source: str = PACKAGE_SOURCE):
     """The first cell as an nbformat code cell, with a fixed id."""
-    import nbformat  # here: only releasing needs it (the `course` extra), not the package itself
+    import nbformat  # here: only releasing needs it (the grader's package), not the learner's
     return nbformat.v4.new_code_cell(bootstrap_source(source), id=CELL_ID)
 
 

@@ -60,11 +60,13 @@ def prepare(device=None) -> Triton:
     except Exception as err:  # a broken install must not take the notebook down: its launches are skipped
         return Triton(False, interpreted, f"triton is installed but cannot be imported ({err!r}): "
                                           "the kernels' launches are skipped")
-    if interpreted and _version(triton.__version__) < (3, 2) and _version(numpy.__version__) >= (2,):
-        return Triton(False, True, f"Triton {triton.__version__}'s interpreter gives wrong results with NumPy "
-                                   f"{numpy.__version__} (loads read garbage, stores are lost, no error): "
-                                   "`pip install 'numpy<2'` (or a torch that brings triton 3.2 or newer), "
-                                   "then restart the kernel")
+    # torch 2.10 and 2.11 pin triton 3.6, whose interpreter turns a kernel's integer argument into a Python
+    # int with int() of a 1-element array: NumPy 2.4 refuses that (a loop over `range(0, n, BLOCK)` raises)
+    if interpreted and _version(triton.__version__) < (3, 7) and _version(numpy.__version__) >= (2, 4):
+        return Triton(False, True, f"Triton {triton.__version__}'s interpreter fails with NumPy {numpy.__version__} "
+                                   "(a kernel's integer argument used as a number raises 'only 0-dimensional "
+                                   "arrays can be converted to Python scalars'): `pip install 'numpy<2.4'` (or "
+                                   "'triton>=3.7' with a torch that allows it), then restart the kernel")
     if interpreted:
         why = "no CUDA here" if device.type != "cuda" else "TRITON_INTERPRET=1 was set"
         return Triton(True, True, f"Triton {triton.__version__} runs the kernels in its interpreter on the CPU "

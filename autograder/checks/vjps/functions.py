@@ -187,7 +187,8 @@ def saved_for_backward(fn, x):
     history although x requires grad, "once_differentiable": whether its backward is marked so}."""
     leaf = private_copy(x).requires_grad_(True)
     with torch.enable_grad():
-        node = getattr(fn(leaf), "grad_fn", None)
+        out = fn(leaf)  # kept alive while its node is read: torch 2.10 frees a saved output with the output
+    node = getattr(out, "grad_fn", None)
     kept = [(f"ctx.saved_tensors[{k}]", t) for k, t in enumerate(getattr(node, "saved_tensors", None) or ())]
     kept += [(f"ctx.{name}", value) for name, value in (vars(node) if hasattr(node, "__dict__") else {}).items()
              if isinstance(value, torch.Tensor)]
