@@ -4,7 +4,7 @@ import nbformat
 from nbconvert import HTMLExporter
 from test_nbgrader_e2e import hidden_lines, page_text
 
-from autograder.grader.feedback import HideHiddenTests, without_hidden_tests
+from autograder.grader.feedback import NOTE, HideHiddenTests, without_hidden_tests
 
 GRADE = {"nbgrader": {"grade": True, "solution": False, "locked": True, "points": 1,
                       "grade_id": "f", "schema_version": 3}}
@@ -22,6 +22,11 @@ def graded_cell():
 def test_hidden_region_becomes_one_note_and_visible_lines_stay():
     source = without_hidden_tests(graded_cell().source)
     assert "secret_case" not in source and "assert f(1) == 2" in source and "not shown" in source
+
+
+def test_an_unpaired_region_hides_the_whole_cell():
+    """nbgrader's ClearHiddenTests refuses a region without its end; the feedback then shows no line of it."""
+    assert without_hidden_tests("visible()\n### BEGIN HIDDEN TESTS\nsecret_case = f(21)") == NOTE
 
 
 def test_tracebacks_shrink_to_the_message_and_other_cells_are_untouched():

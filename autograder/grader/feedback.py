@@ -5,25 +5,25 @@ included: one student's feedback would hand the whole class the tests. This prep
 keeps every message the checks wrote (which exercise, which input, expected vs got) and removes
 the hidden test source, both from the cell and from the tracebacks that quote it.
 """
+import re
+
 from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
+from autograder.grader.sanitize import released
+
 NOTE = "# (hidden tests: not shown; their messages appear below)"
+BEGIN = re.compile(r"^([ \t]*).*BEGIN HIDDEN TESTS.*$", re.M)
 
 
 def without_hidden_tests(source: str) -> str:
-    """The source with each hidden-test region replaced by one note line."""
-    kept, hiding = [], False
-    for line in source.split("\n"):
-        if BEGIN in line:
-            hiding = True
-            kept.append(line[: len(line) - len(line.lstrip())] + NOTE)
-        elif END in line:
-            hiding = False
-        elif not hiding:
-            kept.append(line)
-    return "\n".join(kept)
+    """The source with each hidden-test region replaced by one note line: the note goes before the
+    region, which nbgrader's ClearHiddenTests then removes (`sanitize.released`). A cell whose regions
+    do not pair up (never one of the course's) is shown as the note alone."""
+    try:
+        return released(BEGIN.sub(lambda m: f"{m.group(1)}{NOTE}\n{m.group(0)}", source))
+    except RuntimeError:  # ClearHiddenTests' refusal of an unpaired or nested region
+        return NOTE
 
 
 def short_error(output):

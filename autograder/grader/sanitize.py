@@ -19,9 +19,8 @@ import re
 
 import nbformat
 from nbgrader.api import Gradebook
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
-BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 DEFAULT_KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 
@@ -80,16 +79,11 @@ def load_source(gb: Gradebook, assignment: str, notebook: str | None = None) -> 
 
 
 def released(source: str) -> str:
-    """A test cell's text as students got it: nbgrader's generate_assignment drops hidden-test regions."""
-    kept, hiding = [], False
-    for line in source.split("\n"):
-        if BEGIN_HIDDEN in line:
-            hiding = True
-        elif END_HIDDEN in line:
-            hiding = False
-        elif not hiding:
-            kept.append(line)
-    return "\n".join(kept)
+    """A test cell's text as students got it: what nbgrader's generate_assignment leaves of it (its own
+    ClearHiddenTests, which drops every hidden-test region)."""
+    cell = nbformat.v4.new_code_cell(source)
+    ClearHiddenTests(enforce_metadata=False).preprocess_cell(cell, {}, 0)
+    return cell.source
 
 
 def _same(a: str, b: str) -> bool:
