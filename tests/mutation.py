@@ -12,7 +12,7 @@ import threading
 import course
 import torch
 
-from autograder.checks import kernel
+from autograder.checks import responder
 from autograder.grader import isolation, trusted
 
 
@@ -63,7 +63,7 @@ class Loopback(trusted.Remote):
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.calls + 12345)
-                kernel.respond(request, response, self.namespace)
+                responder.respond(request, response, self.namespace)
         except BaseException as err:  # re-raised in the grader's thread
             failures.append(err)
 

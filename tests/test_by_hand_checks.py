@@ -1,4 +1,4 @@
-"""autograder.checks.by_hand: the model is the one the notebook describes, the references are
+"""autograder.checks.nb07_by_hand: the model is the one the notebook describes, the references are
 PyTorch's, the guards refuse what "by hand" excludes, every check accepts right answers and names
 the slip of wrong ones, trusted grading gives the same verdicts, and notebook 07's quiz follows the
 schema with every numeric and short answer computed here."""
@@ -16,8 +16,16 @@ from mutants import nb07_by_hand as catalogue
 from torch import nn
 
 from autograder.checks import GradingError
-from autograder.checks import by_hand as bh
-from autograder.checks.by_hand import steps
+from autograder.checks import nb07_by_hand as bh
+from autograder.checks.nb07_by_hand import steps
+from autograder.checks.nb07_by_hand.batchnorm import BN_SLIPS, FLOAT32_SHARE, bn_grads, reference_batchnorm_backward
+from autograder.checks.nb07_by_hand.calls import guarded
+from autograder.checks.nb07_by_hand.embedding import reference_embedding_backward
+from autograder.checks.nb07_by_hand.manual_backward import MODEL_SLIPS, reference_grads
+from autograder.checks.nb07_by_hand.model import PARAM_NAMES, forward, init_params, slipped_loss
+from autograder.checks.nb07_by_hand.running_stats import reference_running
+from autograder.checks.nb07_by_hand.steps import STEP_GRADS, batchnorm_steps, reference_steps
+from autograder.checks.nb07_by_hand.training import twin_training
 from autograder.learner import quiz_schema
 from autograder.learner.device import available_devices
 
@@ -31,7 +39,7 @@ def device(request):
 
 def nn_model(params):
     """The notebook's model built from torch.nn modules, loaded with `params`."""
-    C, W1, b1, gamma, beta, W2, b2 = (params[n] for n in bh.PARAM_NAMES)
+    C, W1, b1, gamma, beta, W2, b2 = (params[n] for n in PARAM_NAMES)
     embed = nn.Embedding(*C.shape).to(C)
     first, second = nn.Linear(*W1.shape).to(W1), nn.Linear(*W2.shape).to(W2)
     norm = nn.BatchNorm1d(W1.shape[1]).to(W1)
@@ -49,9 +57,9 @@ def test_forward_is_embedding_linear_batchnorm_tanh_linear_cross_entropy(device)
     case = bh.model_case(9, 3, 4, 6, 7, seed=3, device=device)
     modules, run = nn_model(case["params"])
     expected = F.cross_entropy(run(case["tokens"]), case["targets"])
-    loss, cache = bh.forward(case["params"], case["tokens"], case["targets"])
+    loss, cache = forward(case["params"], case["tokens"], case["targets"])
     torch.testing.assert_close(loss, expected)
-    grads = bh.reference_grads(**case)
+    grads = reference_grads(**case)
     expected.backward()
     embed, first, norm, second = modules
     for name, g in [("C", embed.weight.grad), ("W1", first.weight.grad.T), ("b1", first.bias.grad),
@@ -63,32 +71,32 @@ def test_forward_is_embedding_linear_batchnorm_tanh_linear_cross_entropy(device)
 
 
 def test_init_params_starts_near_log_vocab_and_draws_alike_on_every_device(device):
-    params = bh.init_params(23, 2, 16, 64, seed=0, device=device)
+    params = init_params(23, 2, 16, 64, seed=0, device=device)
     assert torch.equal(params["gamma"], torch.ones(64, device=device))
     assert not params["b1"].any() and not params["beta"].any() and not params["b2"].any()
-    cpu = bh.init_params(23, 2, 16, 64, seed=0, device="cpu")
-    assert all(torch.equal(params[n].cpu(), cpu[n]) for n in bh.PARAM_NAMES)
+    cpu = init_params(23, 2, 16, 64, seed=0, device="cpu")
+    assert all(torch.equal(params[n].cpu(), cpu[n]) for n in PARAM_NAMES)
     tokens = torch.randint(0, 23, (64, 2), generator=torch.Generator().manual_seed(1)).to(device)
-    loss, _ = bh.forward(params, tokens, tokens.sum(1) % 23)
+    loss, _ = forward(params, tokens, tokens.sum(1) % 23)
     assert abs(loss.item() - math.log(23)) < 0.05
 
 
 def test_the_slipped_loss_without_a_slip_is_the_forward_loss():
     case = bh.model_case(7, 2, 3, 5, 6, seed=4)
     leaves = {n: p.clone().requires_grad_() for n, p in case["params"].items()}
-    torch.testing.assert_close(bh._slipped_loss(leaves, case["tokens"], case["targets"], None),
-                               bh.forward(leaves, case["tokens"], case["targets"])[0])
+    torch.testing.assert_close(slipped_loss(leaves, case["tokens"], case["targets"], None),
+                               forward(leaves, case["tokens"], case["targets"])[0])
 
 
 def test_every_slip_changes_the_gradients():
     case = bh.model_case(7, 2, 3, 5, 6, seed=5)
-    right = bh.reference_grads(**case)
-    for slip in bh.MODEL_SLIPS:
-        slipped = bh.reference_grads(**case, slip=slip)
-        assert any(not torch.allclose(slipped[n], right[n]) for n in bh.PARAM_NAMES), slip
+    right = reference_grads(**case)
+    for slip in MODEL_SLIPS:
+        slipped = reference_grads(**case, slip=slip)
+        assert any(not torch.allclose(slipped[n], right[n]) for n in PARAM_NAMES), slip
     bn = bh.batchnorm_case(6, 4, seed=6, tiny=(1,))
-    for slip in bh.BN_SLIPS:
-        assert not torch.allclose(bh._bn_grads(*bn.values(), slip)[0], bh.reference_batchnorm_backward(*bn.values())[0])
+    for slip in BN_SLIPS:
+        assert not torch.allclose(bn_grads(*bn.values(), slip)[0], reference_batchnorm_backward(*bn.values())[0])
 
 
 # --- cases and references ------------------------------------------------------------------------------
@@ -110,13 +118,13 @@ def test_batchnorm_steps_is_batchnorm_and_its_paths_add_up(device):
     gradients; and the one-path gradients the hints use add up to the whole (so that "only the path
     through x_hat" means what it says)."""
     case = bh.steps_case(7, 3, seed=3, tiny=(1,), device=device)
-    y, cache = bh.batchnorm_steps(case["x"], case["gamma"], torch.zeros_like(case["gamma"]), case["eps"])
+    y, cache = batchnorm_steps(case["x"], case["gamma"], torch.zeros_like(case["gamma"]), case["eps"])
     torch.testing.assert_close(y, F.batch_norm(case["x"], None, None, case["gamma"], None, training=True,
                                                eps=case["eps"]))
     assert set(cache) == {"x", "mean", "c", "sq", "var", "rstd", "x_hat"}
-    lines = bh.reference_steps(*case.values())
-    assert list(lines) == list(bh.STEP_GRADS)
-    for name, want in zip(["dx", "dgamma", "dbeta"], bh.reference_batchnorm_backward(*case.values())):
+    lines = reference_steps(*case.values())
+    assert list(lines) == list(STEP_GRADS)
+    for name, want in zip(["dx", "dgamma", "dbeta"], reference_batchnorm_backward(*case.values())):
         torch.testing.assert_close(lines[name], want)
     for line, cuts in [("dc", ("sq", "x_hat")), ("dx", ("mean", "c"))]:
         first, second = (steps._one_path(case, line, cut) for cut in cuts)
@@ -129,7 +137,7 @@ def test_steps_cases_have_what_the_hidden_tests_promise(device):
     var = tiny["x"].var(0, unbiased=False)
     assert var[1] < 1e-5 < var[0] and var[2] > 1e-5
     one = bh.steps_case(1, 4, seed=81, device=device)
-    lines = bh.reference_steps(*one.values())
+    lines = reference_steps(*one.values())
     assert all(torch.isfinite(g).all() for g in lines.values())
     assert not lines["dx"].any() and lines["dc"].abs().min() > 1  # c = 0: the gradient stops at x
     assert bh.steps_case(6, 4, seed=2, dtype=torch.float32, device=device)["x"].dtype == torch.float32
@@ -148,7 +156,7 @@ def test_references_are_pytorchs(device):
     case = bh.embedding_case((4, 3), 2, 9, seed=2, device=device)
     manual = torch.zeros(9, 2, dtype=torch.float64, device=device).index_add_(0, case["idx"].flatten(),
                                                                                case["dout"].reshape(-1, 2))
-    torch.testing.assert_close(bh.reference_embedding_backward(*case.values()), manual)
+    torch.testing.assert_close(reference_embedding_backward(*case.values()), manual)
 
     case = bh.batchnorm_case(7, 3, seed=3, device=device)
     norm = nn.BatchNorm1d(3, dtype=torch.float64, device=device)
@@ -157,7 +165,7 @@ def test_references_are_pytorchs(device):
     x = case["x"].clone().requires_grad_()
     norm(x).backward(case["dout"])
     expected = (x.grad, norm.weight.grad, norm.bias.grad)
-    for got, want in zip(bh.reference_batchnorm_backward(*case.values()), expected):
+    for got, want in zip(reference_batchnorm_backward(*case.values()), expected):
         torch.testing.assert_close(got, want)
 
     for shape in [(5, 3), (2, 3, 4)]:
@@ -166,7 +174,7 @@ def test_references_are_pytorchs(device):
         with torch.no_grad():
             norm.running_mean.copy_(case["running_mean"]), norm.running_var.copy_(case["running_var"])
         norm(case["x"])
-        mean, var = bh.reference_running(*case.values())
+        mean, var = reference_running(*case.values())
         torch.testing.assert_close(mean, norm.running_mean)
         torch.testing.assert_close(var, norm.running_var)
 
@@ -178,19 +186,19 @@ def test_the_autograd_twin_is_sgd_with_autograds_gradients():
     losses = []
     for step in range(3):
         opt.zero_grad()
-        loss, _ = bh.forward(leaves, *case["data"][step % 2])
+        loss, _ = forward(leaves, *case["data"][step % 2])
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    twin_losses, twin = bh.twin_training(*case.values())
+    twin_losses, twin = twin_training(*case.values())
     assert twin_losses == pytest.approx(losses, rel=1e-12)
-    assert all(torch.allclose(twin[n], leaves[n]) for n in bh.PARAM_NAMES)
+    assert all(torch.allclose(twin[n], leaves[n]) for n in PARAM_NAMES)
 
 
 # --- guards ----------------------------------------------------------------------------------------------
 def refusal(fn, *args):
     with pytest.raises(GradingError) as err:
-        bh.guarded("exercise", fn, list(args), {"x": args[0]})
+        guarded("exercise", fn, list(args), {"x": args[0]})
     return str(err.value)
 
 
@@ -219,7 +227,7 @@ def test_guards_let_plain_arithmetic_through_and_give_private_copies():
         return t.sum() + d["w"].sum()
 
     before = x.clone()
-    assert bh.guarded("exercise", scribble, [x, state], {}).item() == 6.0
+    assert guarded("exercise", scribble, [x, state], {}).item() == 6.0
     assert torch.equal(x, before) and torch.equal(state["w"], torch.ones(3, dtype=torch.float64))
     assert torch._C._len_torch_dispatch_stack() == 0, "the kernel watch was left switched on"
 
@@ -401,18 +409,18 @@ def test_float32_tolerance_lies_between_the_two_variances():
     for n, c, seed in [(16, 5, 26), (64, 3, 27), (7, 6, 28)]:
         case = bh.batchnorm_case(n, c, seed=seed, large_mean=True, device="cpu")
         assert case["x"].dtype == torch.float32 and (case["x"].mean(0) / case["x"].std(0)).min() > 300
-        reference = bh.reference_batchnorm_backward(*(v.double() if torch.is_tensor(v) else v for v in case.values()))
+        reference = reference_batchnorm_backward(*(v.double() if torch.is_tensor(v) else v for v in case.values()))
 
         def share(entry):
             got = getattr(catalogue, entry)(*case.values())
             return max(((g.double() - e).abs().max() / e.abs().max()).item() for g, e in zip(got, reference))
-        assert share("bn_op_by_op") < bh.FLOAT32_SHARE / 10 and share("bn_means") < bh.FLOAT32_SHARE / 10
-        assert share("bn_one_pass_variance") > bh.FLOAT32_SHARE * 10
+        assert share("bn_op_by_op") < FLOAT32_SHARE / 10 and share("bn_means") < FLOAT32_SHARE / 10
+        assert share("bn_one_pass_variance") > FLOAT32_SHARE * 10
 
 
 def test_large_logits_cases_reach_a_few_hundred_in_float32():
     case = bh.model_case(11, 3, 4, 8, 9, seed=66, logits_scale=300.0, device="cpu")
-    logits = bh.forward(**case)[1]["logits"]
+    logits = forward(**case)[1]["logits"]
     assert logits.dtype == torch.float32 and logits.abs().max().item() == pytest.approx(300.0, rel=1e-4)
     assert torch.isnan(logits.exp() / logits.exp().sum(1, keepdim=True)).any()  # without the max: inf / inf
 
@@ -442,13 +450,13 @@ def probe_layout(dout, idx, num_embeddings):
 @pytest.mark.parametrize("mode", ["plain", "trusted"])
 def test_strided_and_expanded_arguments_reach_the_answer_as_such(mode):
     """Every copy on the way makes a tensor contiguous again; the driver lays it out where the answer runs."""
-    case = "bh.embedding_case((4, 3), 2, 6, seed=21, device='cpu')"
+    case = "nb07_by_hand.embedding_case((4, 3), 2, 6, seed=21, device='cpu')"
     layouts = [("stress='non-contiguous'", (False, True)), ("stress='non-contiguous', what='idx'", (True, False)),
                ("stress='expanded'", None)]
     for options, seen in layouts:
         SEEN.clear()
-        source = ("from autograder.checks import by_hand as bh\n"
-                  f"bh.check_embedding_backward('e', g, [{case}], {options})\n")
+        source = ("from autograder.checks import nb07_by_hand\n"
+                  f"nb07_by_hand.check_embedding_backward('e', g, [{case}], {options})\n")
         err = mutation._run_cell(source, "test", {"__name__": "__main__", "g": probe_layout}, mode == "trusted")
         assert err is None and SEEN, (options, err)
         if seen is None:
@@ -459,16 +467,17 @@ def test_strided_and_expanded_arguments_reach_the_answer_as_such(mode):
 
 # --- trusted grading ------------------------------------------------------------------------------------------
 CELL = """
-from autograder.checks import by_hand as bh
-bh.check_{check}("{name}", g, [{case}])
+from autograder.checks import nb07_by_hand
+nb07_by_hand.check_{check}("{name}", g, [{case}])
 """
 TRUSTED = {
-    "batchnorm_steps_backward": ("batchnorm_steps", "bh.steps_case(6, 4, seed=1, device='cpu')"),
-    "embedding_backward": ("embedding_backward", "bh.embedding_case((6, 3), 4, 20, seed=2, high=5, device='cpu')"),
-    "batchnorm_backward": ("batchnorm_backward", "bh.batchnorm_case(6, 4, seed=1, device='cpu')"),
-    "batchnorm_update_running": ("running", "bh.running_case((3, 4, 5), 0.2, seed=2, device='cpu')"),
-    "manual_backward": ("manual_backward", "bh.model_case(7, 2, 3, 5, 6, seed=1, device='cpu')"),
-    "train_by_hand": ("train_by_hand", "bh.training_case(7, 2, 3, 5, 6, 2, 4, 0.3, seed=1, device='cpu')"),
+    "batchnorm_steps_backward": ("batchnorm_steps", "nb07_by_hand.steps_case(6, 4, seed=1, device='cpu')"),
+    "embedding_backward": ("embedding_backward",
+                           "nb07_by_hand.embedding_case((6, 3), 4, 20, seed=2, high=5, device='cpu')"),
+    "batchnorm_backward": ("batchnorm_backward", "nb07_by_hand.batchnorm_case(6, 4, seed=1, device='cpu')"),
+    "batchnorm_update_running": ("running", "nb07_by_hand.running_case((3, 4, 5), 0.2, seed=2, device='cpu')"),
+    "manual_backward": ("manual_backward", "nb07_by_hand.model_case(7, 2, 3, 5, 6, seed=1, device='cpu')"),
+    "train_by_hand": ("train_by_hand", "nb07_by_hand.training_case(7, 2, 3, 5, 6, 2, 4, 0.3, seed=1, device='cpu')"),
 }
 
 
@@ -546,14 +555,14 @@ def test_quiz_numbers_are_computed():
     # first-loss-is-log-vocab: ln 23, and the notebook's first batch is that close
     q = question("first-loss-is-log-vocab")
     assert within(q, math.log(23))
-    params = bh.init_params(23, 2, 16, 64, seed=0, device="cpu")
+    params = init_params(23, 2, 16, 64, seed=0, device="cpu")
     tokens = torch.randint(0, 23, (64, 2), generator=torch.Generator().manual_seed(0))
-    assert within(q, bh.forward(params, tokens, tokens.sum(1) % 23)[0].item())
+    assert within(q, forward(params, tokens, tokens.sum(1) % 23)[0].item())
 
     # bias-before-batchnorm and batchnorm-dx-column-sum: autograd's db1, and the columns of dx
     case = bh.model_case(9, 2, 3, 6, 8, seed=2, device="cpu")
-    assert within(question("bias-before-batchnorm"), bh.reference_grads(**case)["b1"].abs().max().item())
-    dx = bh.reference_batchnorm_backward(*bh.batchnorm_case(7, 4, seed=3, device="cpu").values())[0]
+    assert within(question("bias-before-batchnorm"), reference_grads(**case)["b1"].abs().max().item())
+    dx = reference_batchnorm_backward(*bh.batchnorm_case(7, 4, seed=3, device="cpu").values())[0]
     assert within(question("batchnorm-dx-column-sum"), dx.sum(0).abs().max().item())
 
     # running-mean-update and unbiased-divisor-sequences: nn.BatchNorm1d itself

@@ -1,4 +1,4 @@
-"""autograder.checks.checkpointing: the independent counts agree with the hooks, PyTorch's own
+"""autograder.checks.nb06_checkpointing: the independent counts agree with the hooks, PyTorch's own
 checkpointing passes every check, and the failures say what is wrong."""
 import ast
 import math
@@ -11,7 +11,12 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as torch_checkpoint
 
 from autograder.checks import GradingError, boundary
-from autograder.checks import checkpointing as cc
+from autograder.checks import nb06_checkpointing as cc
+from autograder.checks.nb06_checkpointing import sequential
+from autograder.checks.nb06_checkpointing.blocks import TestBlock
+from autograder.checks.nb06_checkpointing.saved_bytes import describe_saved, graph_saved_bytes
+from autograder.checks.nb06_checkpointing.sequential import make_chain, reference_sequential, run_sequential
+from autograder.checks.saved_counts import SavedCounts
 from autograder.grader.keys import answer_key
 from autograder.learner import memory
 from autograder.learner.device import available_devices
@@ -58,7 +63,7 @@ def test_graph_walk_counts_what_the_hooks_see(name, dtype, device):
     x, w = leaf(6, 4, dtype=dtype, device=device, seed=1), leaf(4, 4, dtype=dtype, device=device, seed=2)
     with SavedTensorLedger() as ledger:
         out = FUNCTIONS[name](x, w)
-    assert cc.graph_saved_bytes(out) == ledger.total_bytes > 0
+    assert graph_saved_bytes(out) == ledger.total_bytes > 0
 
 
 def test_graph_walk_reads_custom_functions_and_tuples():
@@ -74,7 +79,7 @@ def test_graph_walk_reads_custom_functions_and_tuples():
 
     x = leaf(5, dtype=torch.float64)
     outs = (Square.apply(x), x.exp())
-    assert cc.graph_saved_bytes(outs) == 40 + 40  # x once, exp's output once
+    assert graph_saved_bytes(outs) == 40 + 40  # x once, exp's output once
 
 
 def test_graph_walk_includes_python_numbers_that_hooks_never_see():
@@ -82,12 +87,12 @@ def test_graph_walk_includes_python_numbers_that_hooks_never_see():
     x = leaf(3)
     with SavedTensorLedger() as ledger:
         out = (x * 2.0).exp()
-    assert cc.graph_saved_bytes(out) == ledger.total_bytes + 8
+    assert graph_saved_bytes(out) == ledger.total_bytes + 8
 
 
 def test_describe_saved_names_each_saved_tensor_once():
     x = leaf(4, 3)
-    text = cc.describe_saved(x * x)
+    text = describe_saved(x * x)
     assert text.count("MulBackward0") == 2 and "not counted again" in text
 
 
@@ -111,7 +116,7 @@ def test_saved_bytes_check_accepts_hooks_and_refuses_the_courses_counters():
 
     x, w = leaf(8, 16, seed=1), leaf(16, 4, seed=2)
     cc.check_saved_bytes("saved_bytes", hooks, lambda a, b: torch.tanh(a @ b), [x, w], "tanh(x @ w)", expected=896)
-    for counter in (with_ledger, lambda fn, *a: cc.graph_saved_bytes(fn(*a)),
+    for counter in (with_ledger, lambda fn, *a: graph_saved_bytes(fn(*a)),
                     lambda fn, *a: memory.measure(lambda: fn(*a), "cpu").saved_bytes):
         with pytest.raises(GradingError, match="build that yourself"):
             cc.check_saved_bytes("saved_bytes", counter, lambda a, b: torch.tanh(a @ b), [x, w], "tanh(x @ w)")
@@ -268,9 +273,9 @@ def test_the_stated_counts_of_the_visible_segments_test_are_torchs():
     """The visible test states torch's counts on the CPU instead of running torch's checkpoint, whose first
     call imports torch._dynamo (seconds): they must be what torch gives for that run."""
     stated = stated_counts()
-    blocks, _, x, _ = cc._sequential_setup(8, 4, width=16, batch=32, seed=50, p=0.0, dtype=torch.float32,
-                                           device="cpu", as_sequential=False)
-    _, counts, calls = cc.run_sequential(cc.reference_sequential, blocks, 4, x, 50)
+    blocks, _, x, _ = sequential._sequential_setup(8, 4, width=16, batch=32, seed=50, p=0.0, dtype=torch.float32,
+                                                   device="cpu", as_sequential=False)
+    _, counts, calls = run_sequential(reference_sequential, blocks, 4, x, 50)
     assert stated == {"calls": calls, "peak_bytes": counts.peak_bytes, "total_bytes": counts.total_bytes}
     cc.check_sequential_memory("s", reentrant_sequential, 8, 4, seed=50, device="cpu", forbid=(), stated=stated)
     with pytest.raises(GradingError, match="blocks 0-3 ran 2x, blocks 4-7 ran 1x"):  # the stated counts decide
@@ -294,7 +299,7 @@ def test_segments_out_of_range_must_raise_value_error(device):
 def test_non_reentrant_checkpoint_hides_its_recomputation_from_the_ledger():
     """Why the reference is reentrant: torch's own hooks nest inside the ledger's and keep what
     is recomputed in backward out of its sight, so the ledger's total misses it."""
-    blocks = cc.make_chain(8, 8, seed=10, p=0.0, device="cpu", dtype=torch.float32)
+    blocks = make_chain(8, 8, seed=10, p=0.0, device="cpu", dtype=torch.float32)
     x = leaf(16, 8, seed=11)
     totals = {}
     for reentrant in (True, False):
@@ -321,13 +326,13 @@ def test_check_number_hints():
 
 
 def test_test_blocks_are_seeded_and_count_calls(device):
-    a = cc.TestBlock(4, seed=3, device=device, dtype=torch.float64)
-    b = cc.TestBlock(4, seed=3, device="cpu", dtype=torch.float32)
+    a = TestBlock(4, seed=3, device=device, dtype=torch.float64)
+    b = TestBlock(4, seed=3, device="cpu", dtype=torch.float32)
     assert torch.allclose(a.fc1.weight.cpu().float(), b.fc1.weight)
     x = leaf(2, 4, dtype=torch.float64, device=device)
     a(x), a(x)
     assert a.calls == 2
-    assert isinstance(cc.TestBlock(4, seed=1, kind="tuple", device=device)(x), tuple)
+    assert isinstance(TestBlock(4, seed=1, kind="tuple", device=device)(x), tuple)
 
 
 # --- trusted grading: the learner's code runs in a driver, the comparisons here ----------------------------
@@ -355,13 +360,15 @@ def flatten(answer):
 
 
 CHECKPOINT_CELL = """
-from autograder.checks import checkpointing as cc
+from autograder.checks import nb06_checkpointing
 # dropout in the block: both runs are seeded where they happen (the grader's generator is not the kernel's)
-cc.check_checkpoint_gradients("g", g, "single", width=6, batch=5, seed=5, p=0.5, device="cpu", forbid=())
-cc.check_checkpoint_gradients("g", g, "tuple", width=4, batch=3, seed=6, p=0.5, device="cpu", forbid=())
-cc.check_checkpoint_recompute("g", g, width=6, batch=4, seed=3, device="cpu", forbid=())
-cc.check_checkpoint_memory("g", g, width=8, batch=16, seed=2, device="cpu", forbid=())
-cc.check_checkpoint_autograd_grad("g", g, "two", width=4, batch=3, seed=7, p=0.5, device="cpu", forbid=())
+nb06_checkpointing.check_checkpoint_gradients("g", g, "single", width=6, batch=5, seed=5, p=0.5, device="cpu",
+                                              forbid=())
+nb06_checkpointing.check_checkpoint_gradients("g", g, "tuple", width=4, batch=3, seed=6, p=0.5, device="cpu", forbid=())
+nb06_checkpointing.check_checkpoint_recompute("g", g, width=6, batch=4, seed=3, device="cpu", forbid=())
+nb06_checkpointing.check_checkpoint_memory("g", g, width=8, batch=16, seed=2, device="cpu", forbid=())
+nb06_checkpointing.check_checkpoint_autograd_grad("g", g, "two", width=4, batch=3, seed=7, p=0.5, device="cpu",
+                                                  forbid=())
 """
 
 
@@ -385,10 +392,10 @@ def test_trusted_checkpoint_checks_seed_both_runs_where_they_happen(implementati
 
 
 SEQUENTIAL_CELL = """
-from autograder.checks import checkpointing as cc
-cc.check_sequential_memory("g", g, 8, 4, seed=12, device="cpu", forbid=())
-cc.check_sequential_gradients("g", g, 7, 3, seed=13, p=0.5, device="cpu", forbid=())
-cc.check_sequential_gradients("g", g, 6, 2, seed=14, device="cpu", as_sequential=True, forbid=())
+from autograder.checks import nb06_checkpointing
+nb06_checkpointing.check_sequential_memory("g", g, 8, 4, seed=12, device="cpu", forbid=())
+nb06_checkpointing.check_sequential_gradients("g", g, 7, 3, seed=13, p=0.5, device="cpu", forbid=())
+nb06_checkpointing.check_sequential_gradients("g", g, 6, 2, seed=14, device="cpu", as_sequential=True, forbid=())
 """
 
 
@@ -409,7 +416,7 @@ def test_trusted_sequential_checks_get_the_saved_bytes_as_numbers():
     assert err is None
     leaves = flatten(answers)
     assert not [a for a in leaves if isinstance(a, (boundary.Opaque, boundary.Raised))]
-    counts = [a for a in leaves if isinstance(a, cc.SavedCounts)]
+    counts = [a for a in leaves if isinstance(a, SavedCounts)]
     assert counts and all(isinstance(c.peak_bytes, int) and c.peak_bytes > 0 for c in counts)
     err, _ = run_trusted(SEQUENTIAL_CELL, all_checkpointed)
     assert isinstance(err, GradingError) and "Yours: blocks 0-7 ran 2x" in str(err), err

@@ -209,13 +209,14 @@ def test_capped_fits_its_limit_counts_what_it_cut_and_capping_again_changes_noth
         assert once == text
 
 
-# --- autograder.checks.chain_rule: inputs reach the learner in the layout the check built ---------------
+# --- autograder.checks.nb01_chain_rule.layouts: inputs reach the learner in the layout the check built ---------
 LAYOUT_CELL = """
 import torch
-from autograder.checks import battery, chain_rule
+from autograder.checks import battery
+from autograder.checks.nb01_chain_rule import layouts
 x = torch.arange(12, dtype=torch.float64).reshape(3, 4)
-chain_rule.check_layouts("layout", layout, lambda x: torch.zeros((), dtype=torch.float64),
-                         [{"x": battery.transposed(x)}, {"x": battery.non_contiguous(x)}], what="x", names=["flag"])
+layouts.check_layouts("layout", layout, lambda x: torch.zeros((), dtype=torch.float64),
+                      [{"x": battery.transposed(x)}, {"x": battery.non_contiguous(x)}], what="x", names=["flag"])
 """
 
 
@@ -243,6 +244,38 @@ def test_check_layouts_hands_over_a_transpose_and_a_slice_as_they_are(trusted):
     mask_cell = LAYOUT_CELL.replace("lambda x: torch.zeros((), dtype=torch.float64)", "lambda x: (x > 0).double()")
     err = run_layout_cell(mask_cell, flattens_with_view, trusted)
     assert "layout: fails for a non-contiguous x: .view needs contiguous memory" in str(err), err
+
+
+# --- autograder.checks.nb01_chain_rule: the checks 01's grade cells once wrote out ------------------------------
+def test_an_example_written_out_is_shown_as_written():
+    from autograder.checks import nb01_chain_rule
+    example = {"W": [[1.0, 2.0, 3.0]], "x": [1.0, 0.0, -1.0], "y": [0.0]}
+    right = lambda W, x, y: 2 * (W @ x - y)[:, None] * x[None, :]  # noqa: E731
+    nb01_chain_rule.check_example("linear_mse_grad", right, example, [[-4.0, 0.0, 4.0]], names=["dL/dW"])
+    with pytest.raises(checks.GradingError) as wrong:
+        nb01_chain_rule.check_example("linear_mse_grad", lambda W, x, y: (W @ x - y)[:, None] * x[None, :], example,
+                                      [[-4.0, 0.0, 4.0]], names=["dL/dW"])
+    assert "wrong values in dL/dW\n  on input:\n    W = [[1.0, 2.0, 3.0]]\n    x = [1.0, 0.0, -1.0]" in str(wrong.value)
+
+
+def test_the_checks_of_01_refuse_autograd_name_the_stress_and_see_a_changed_input():
+    from autograder.checks import nb01_chain_rule
+    by_autograd = lambda x: torch.autograd.grad(torch.relu(x.requires_grad_()).sum(), x)[0]  # noqa: E731
+    with pytest.raises(checks.GradingError, match="called autograd"):
+        nb01_chain_rule.check_relu_grad("relu_grad", by_autograd, [{"x": torch.randn(3, dtype=torch.float64)}])
+    with pytest.raises(checks.GradingError, match="fails for the special points of the function.*x > 0, not x >= 0"):
+        nb01_chain_rule.check_relu_grad("relu_grad", lambda x: (x >= 0).to(x.dtype),
+                                        [{"x": nb01_chain_rule.special_points()}], stress="special-points")
+    nb01_chain_rule.check_numerical_grad("numerical_grad", lambda f, x: 2 * x,
+                                         [{"f": nb01_chain_rule.squares_as_a_number, "x": torch.ones(2, 3)}])
+
+    def perturbs_in_place(f, x):
+        x += 1e-6
+        return torch.zeros_like(x)
+
+    with pytest.raises(checks.GradingError, match="changed the caller's x"):
+        nb01_chain_rule.check_keeps_input("numerical_grad", perturbs_in_place,
+                                          {"f": nb01_chain_rule.cubic_cosine, "x": torch.ones(2, dtype=torch.float64)})
 
 
 @pytest.mark.parametrize("failure, words", [

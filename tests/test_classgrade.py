@@ -921,9 +921,9 @@ def test_plain_mode_bounds_a_forged_partial_credit(tmp_path):
     test_scores_stay_within_each_cells_points)."""
     run, released = new_class(tmp_path)
     perfect = perfect_answers()
-    # relu_grad's test cell ends with chain_rule.check_layouts(...): its value becomes the cell's value
-    forged = ("import autograder.checks.chain_rule as _cr\n_real = _cr.check_layouts\n"
-              "_cr.check_layouts = lambda name, *a, **k: 1000 if name == 'relu_grad' else _real(name, *a, **k)\n"
+    # relu_grad's test cell ends with nb01_chain_rule.check_relu_grad(...): its value becomes the cell's value
+    forged = ("import autograder.checks.nb01_chain_rule as _cr\n_real = _cr.check_relu_grad\n"
+              "_cr.check_relu_grad = lambda name, *a, **k: 1000 if name == 'relu_grad' else _real(name, *a, **k)\n"
               + GOOD)
     place(tmp_path, "perfect", submission(released, perfect))
     place(tmp_path, "forged_partial_credit", submission(released, {**perfect, VICTIM: forged}))
@@ -934,7 +934,7 @@ def test_plain_mode_bounds_a_forged_partial_credit(tmp_path):
         assert {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)} == {
             "perfect": 12.0, "forged_partial_credit": 0.0}
     message = result.outcomes[("forged_partial_credit", NAME)].messages[VICTIM]
-    assert "ByHandRule" in message and "changes autograder.checks.chain_rule.check_layouts" in message, message
+    assert "ByHandRule" in message and "changes autograder.checks.nb01_chain_rule.check_relu_grad" in message, message
 
 
 def test_restore_rebuilds_from_the_source_and_says_what_it_undid(graded):
@@ -1195,10 +1195,10 @@ OTHER_BY_HAND_ATTACKS = {
         {"silu_forward": r"reaches torch\.utils\._python_dispatch, a private part of torch",
          "rmsnorm_forward": r"reaches torch\.utils\._python_dispatch"}),
     ("09_kernels", "replaces_the_guard"): (
-        {"silu_forward": "from autograder.checks import kernels as kc\n"
-                         "kc.guard.run_guarded = lambda *a, **k: kc.KernelRun(*a)\n"
+        {"silu_forward": "from autograder.checks import nb09_kernels\n"
+                         "nb09_kernels.guard.run_guarded = lambda *a, **k: nb09_kernels.guard.KernelRun(*a)\n"
                          "def silu_forward(x):\n    return x * torch.sigmoid(x)"}, 0,
-        {"rmsnorm_forward": r"changes autograder\.checks\.kernels\.guard\.run_guarded"}),
+        {"rmsnorm_forward": r"changes autograder\.checks\.nb09_kernels\.guard\.run_guarded"}),
 }
 
 

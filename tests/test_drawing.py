@@ -8,8 +8,8 @@ import graphviz
 import pytest
 import torch
 
-from autograder.checks import toggles
 from autograder.learner import drawing
+from autograder.learner.autograd_graph import draw_autograd_graph
 from autograder.learner.dot import parse_dot
 
 needs_dot = pytest.mark.needs(shutil.which("dot") is not None, reason="Graphviz's dot is not installed here")
@@ -82,7 +82,7 @@ def test_the_parser_reads_raw_statements_and_keeps_repeated_arrows():
 
 def test_the_autograd_drawing_is_described_by_its_nodes():
     x = torch.ones(3, requires_grad=True)
-    graph = toggles.draw_autograd_graph((x * 2).sum(), names={"x": x})
+    graph = draw_autograd_graph((x * 2).sum(), names={"x": x})
     text = drawing.describe(graph)
     assert "start at 'SumBackward0'" in text and "end at 'AccumulateGrad, x 3'" in text
 
@@ -122,3 +122,16 @@ def test_a_graph_dot_cannot_draw_shows_its_text_instead():
     broken.body.append("\tthis is { not dot\n")
     bundle = drawing.show_graph(broken)._repr_mimebundle_()
     assert list(bundle) == ["text/plain"] and "dot could not draw this graph" in bundle["text/plain"]
+
+
+def test_an_autograd_graph_shows_nodes_saved_tensors_and_named_leaves():
+    x = torch.randn(4, 3)
+    W = torch.randn(2, 3, requires_grad=True)
+    h = torch.tanh(x @ W.T)
+    L = (h * h).mean()
+    dot = draw_autograd_graph(L, names={"W": W})
+    assert isinstance(dot, graphviz.Digraph)
+    assert "TanhBackward0\\nsaved result: 4x2" in dot.source and "W 2x3" in dot.source
+    L.backward()
+    assert "freed" in draw_autograd_graph(L).source
+    assert "nothing recorded" in draw_autograd_graph(W).source

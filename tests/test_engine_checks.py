@@ -1,4 +1,4 @@
-"""autograder.checks.scalar_engine: a correct scalar engine passes, a wrong local derivative is named."""
+"""autograder.checks.nb02_micrograd: a correct scalar engine passes, a wrong local derivative is named."""
 import contextlib
 import io
 import math
@@ -10,9 +10,11 @@ import graphviz
 import mutation
 import pytest
 
-from autograder.checks import GradingError, scalar_engine
-from autograder.checks.scalar_engine import GraphMismatch, GraphNode, graph_checks, mlp, snapshots
-from autograder.checks.scalar_engine import values as engine_values
+from autograder.checks import GradingError, nb02_micrograd
+from autograder.checks.nb02_micrograd import GraphNode, graph_checks, mlp, snapshots
+from autograder.checks.nb02_micrograd import values as engine_values
+from autograder.checks.nb02_micrograd.expressions import random_expression, record
+from autograder.checks.nb02_micrograd.snapshots import GraphMismatch
 
 
 def topological_order(root):
@@ -200,25 +202,25 @@ def no_stderr():
     assert captured.getvalue() == "", "a grading helper wrote to stderr"
 
 
-ALL_OPS = scalar_engine.ARITHMETIC_OPS + scalar_engine.TRANSCENDENTAL_OPS
+ALL_OPS = nb02_micrograd.ARITHMETIC_OPS + nb02_micrograd.TRANSCENDENTAL_OPS
 
 
 def test_a_correct_engine_passes_every_check():
     with no_stderr():
-        scalar_engine.compare_graph("Value", Tiny, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
-        scalar_engine.check_each_op("Value", Tiny, ALL_OPS, seed=1, repeats=2)
-        scalar_engine.check_random_expressions("Value", Tiny, ALL_OPS, seed=2, count=30)
-        scalar_engine.check_two_passes("Value", Tiny, lambda a, b: a * b, lambda a, b: a + b * b, [1.5, -2.0])
-        scalar_engine.check_deep_chain("Value", Tiny, n_nodes=20_000)
-        scalar_engine.check_deep_chain("Value", Tiny, n_nodes=9_000, ladder=True)
-        scalar_engine.check_mlp_gradients("MLP", tiny_nn(Tiny), 3, [4, 4, 1], seed=3)
-        scalar_engine.check_mlp_gradients("MLP", tiny_nn(Tiny), 2, [3, 2], seed=4, loss="squared")
-        scalar_engine.check_zero_grad("MLP", tiny_nn(Tiny), 2, [3, 1], seed=5)
+        nb02_micrograd.compare_graph("Value", Tiny, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
+        nb02_micrograd.check_each_op("Value", Tiny, ALL_OPS, seed=1, repeats=2)
+        nb02_micrograd.check_random_expressions("Value", Tiny, ALL_OPS, seed=2, count=30)
+        nb02_micrograd.check_two_passes("Value", Tiny, lambda a, b: a * b, lambda a, b: a + b * b, [1.5, -2.0])
+        nb02_micrograd.check_deep_chain("Value", Tiny, n_nodes=20_000)
+        nb02_micrograd.check_deep_chain("Value", Tiny, n_nodes=9_000, ladder=True)
+        nb02_micrograd.check_mlp_gradients("MLP", tiny_nn(Tiny), 3, [4, 4, 1], seed=3)
+        nb02_micrograd.check_mlp_gradients("MLP", tiny_nn(Tiny), 2, [3, 2], seed=4, loss="squared")
+        nb02_micrograd.check_zero_grad("MLP", tiny_nn(Tiny), 2, [3, 1], seed=5)
 
 
 def test_one_wrong_local_derivative_is_named_with_its_op():
     with pytest.raises(GraphMismatch) as caught:
-        scalar_engine.compare_graph("Value", MulForgetsFactor, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
+        nb02_micrograd.compare_graph("Value", MulForgetsFactor, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
     message = str(caught.value)
     # from the root down, the first wrong grad is the sum's (a * b + c): the root's * sent it 1, not a = 2
     assert message.splitlines()[0] == "Value: wrong gradient at n4 = n3 + c (op '+')"
@@ -227,14 +229,14 @@ def test_one_wrong_local_derivative_is_named_with_its_op():
     suspect = [line for line in message.splitlines() if "<-- wrong" in line]
     assert len(suspect) == 1 and "n5 = n4 * a (op '*'" in suspect[0]
     assert caught.value.node.data == 4.0 and [c._op for c in caught.value.culprits] == ["*"]
-    assert scalar_engine.last_mismatch is caught.value
+    assert nb02_micrograd.last_mismatch is caught.value
 
 
 def test_the_mismatch_keeps_the_graph_for_the_learners_own_draw_dot():
     with pytest.raises(GraphMismatch) as caught:
-        scalar_engine.compare_graph("Value", MulForgetsFactor, lambda a, b: a * b + a, [2.0, -3.0])
+        nb02_micrograd.compare_graph("Value", MulForgetsFactor, lambda a, b: a * b + a, [2.0, -3.0])
     mismatch = caught.value
-    assert "show_graph(draw_dot(scalar_engine.last_mismatch.root, highlight=scalar_engine.last_mismatch.node))" \
+    assert "show_graph(draw_dot(nb02_micrograd.last_mismatch.root, highlight=nb02_micrograd.last_mismatch.node))" \
         in str(mismatch)
     assert mismatch.root.data == -4.0 and mismatch.node.data == 2.0  # the root a * b + a, the leaf a
     assert [c.data for c in mismatch.culprits] == [-6.0]  # the product sends a the wrong amount
@@ -245,19 +247,19 @@ def test_the_mismatch_keeps_the_graph_for_the_learners_own_draw_dot():
 
 def test_a_node_used_twice_with_assignment_gets_the_hint():
     with pytest.raises(GraphMismatch, match=r"add \(`\+=`\) both contributions"):
-        scalar_engine.compare_graph("Value", Assigns, lambda a: a + a, [3.0])
+        nb02_micrograd.compare_graph("Value", Assigns, lambda a: a + a, [3.0])
     with pytest.raises(GraphMismatch, match=r"accumulate \(`\+=`\)"):
-        scalar_engine.compare_graph("Value", Assigns, lambda a, b: a * b + a, [3.0, 2.0])
+        nb02_micrograd.compare_graph("Value", Assigns, lambda a, b: a * b + a, [3.0, 2.0])
 
 
 def test_a_missing_seed_is_reported_at_the_root():
     with pytest.raises(GraphMismatch, match=r"This is the root: backward\(\) must start by setting the root's grad"):
-        scalar_engine.compare_graph("Value", NoSeed, lambda a, b: a * b, [3.0, 2.0])
+        nb02_micrograd.compare_graph("Value", NoSeed, lambda a, b: a * b, [3.0, 2.0])
 
 
 def test_recursion_is_explained_on_a_deep_chain():
     with no_stderr(), pytest.raises(GradingError, match="RecursionError.*explicit stack"):
-        scalar_engine.check_deep_chain("Value", Recursive, n_nodes=20_000)
+        nb02_micrograd.check_deep_chain("Value", Recursive, n_nodes=20_000)
 
 
 def test_a_recursion_limit_raised_by_the_kernel_does_not_let_recursion_pass():
@@ -265,7 +267,7 @@ def test_a_recursion_limit_raised_by_the_kernel_does_not_let_recursion_pass():
     sys.setrecursionlimit(200_000)
     try:
         with pytest.raises(GradingError, match="RecursionError"):
-            scalar_engine.check_deep_chain("Value", Recursive, n_nodes=20_000)
+            nb02_micrograd.check_deep_chain("Value", Recursive, n_nodes=20_000)
         assert sys.getrecursionlimit() == 200_000
     finally:
         sys.setrecursionlimit(previous)
@@ -273,7 +275,7 @@ def test_a_recursion_limit_raised_by_the_kernel_does_not_let_recursion_pass():
 
 def test_two_passes_must_accumulate_into_the_leaves():
     with pytest.raises(GradingError, match="PyTorch accumulates both passes"):
-        scalar_engine.check_two_passes("Value", ResetsLeaves, lambda a, b: a * b, lambda a, b: a + b, [1.5, -2.0])
+        nb02_micrograd.check_two_passes("Value", ResetsLeaves, lambda a, b: a * b, lambda a, b: a + b, [1.5, -2.0])
 
 
 def test_a_wrong_forward_value_is_reported_before_any_gradient():
@@ -282,7 +284,7 @@ def test_a_wrong_forward_value_is_reported_before_any_gradient():
             return self._out(math.sinh(self.data), (self,), "tanh", (1.0,))
 
     with pytest.raises(GraphMismatch, match=r"wrong forward value at n1 = a.tanh\(\)"):
-        scalar_engine.compare_graph("Value", WrongTanh, lambda a: a.tanh() * 2, [0.7])
+        nb02_micrograd.compare_graph("Value", WrongTanh, lambda a: a.tanh() * 2, [0.7])
 
 
 def test_an_engine_that_is_not_implemented_says_so():
@@ -291,20 +293,20 @@ def test_an_engine_that_is_not_implemented_says_so():
             raise NotImplementedError()
 
     with pytest.raises(GradingError, match="not implemented yet"):
-        scalar_engine.compare_graph("Value", Stub, lambda a, b: a + b, [1.0, 2.0])
+        nb02_micrograd.compare_graph("Value", Stub, lambda a, b: a + b, [1.0, 2.0])
 
 
 def test_mlp_checks_catch_a_broken_zero_grad_and_restore_the_global_random_state():
     random.seed(123)
     state = random.getstate()
     with pytest.raises(GradingError, match="after model.zero_grad"):
-        scalar_engine.check_zero_grad("MLP", tiny_nn(Tiny, zero_grad=False), 2, [3, 1], seed=5)
+        nb02_micrograd.check_zero_grad("MLP", tiny_nn(Tiny, zero_grad=False), 2, [3, 1], seed=5)
     assert random.getstate() == state
 
 
 def test_mlp_gradients_name_the_parameter():
     MLP = tiny_nn(Tiny)
-    scalar_engine.check_mlp_gradients("MLP", MLP, 2, [2, 1], seed=9)
+    nb02_micrograd.check_mlp_gradients("MLP", MLP, 2, [2, 1], seed=9)
 
     class MLPBiasAsPlainNumber(MLP):
         """Right outputs, but every bias enters as b.data: its gradient stays 0."""
@@ -318,7 +320,7 @@ def test_mlp_gradients_name_the_parameter():
     bias = (r"wrong gradient for parameter #\d+ \(layer \d, neuron \d, its bias\): "
             r"expected \S+ \(PyTorch, same weights\), got 0")
     with pytest.raises(GradingError, match=bias):
-        scalar_engine.check_mlp_gradients("MLP", MLPBiasAsPlainNumber, 2, [2, 1], seed=9)
+        nb02_micrograd.check_mlp_gradients("MLP", MLPBiasAsPlainNumber, 2, [2, 1], seed=9)
 
 
 def test_the_snapshot_walk_is_iterative_and_finds_each_node_once():
@@ -344,18 +346,18 @@ def test_the_snapshot_walk_is_not_an_answer_to_backward():
                 node._backward()
 
     with pytest.raises(GraphMismatch, match="wrong gradient"):
-        scalar_engine.check_random_expressions("Value", WalksTheSnapshotOrder, scalar_engine.ARITHMETIC_OPS,
-                                               seed=7, count=20)
+        nb02_micrograd.check_random_expressions("Value", WalksTheSnapshotOrder, nb02_micrograd.ARITHMETIC_OPS,
+                                                seed=7, count=20)
 
 
 def test_random_expressions_are_seeded_share_nodes_and_stay_in_range():
-    ops = scalar_engine.ARITHMETIC_OPS + scalar_engine.TRANSCENDENTAL_OPS
-    tapes = [scalar_engine.record(*scalar_engine.random_expression(42, ops)) for _ in range(2)]
+    ops = nb02_micrograd.ARITHMETIC_OPS + nb02_micrograd.TRANSCENDENTAL_OPS
+    tapes = [record(*random_expression(42, ops)) for _ in range(2)]
     assert [t.formula(i) for t, _ in tapes for i in range(len(t.steps))][:len(tapes[0][0].steps)] == \
         [tapes[1][0].formula(i) for i in range(len(tapes[1][0].steps))]
     shared = 0
     for seed in range(40):
-        tape, root = scalar_engine.record(*scalar_engine.random_expression(seed, ops))
+        tape, root = record(*random_expression(seed, ops))
         shared += any(len(tape.users(i)) > 1 for i in range(len(tape.steps)))
         values = [t.item() for t in graph_checks.torch_replay(tape, "cpu")]
         assert all(1e-3 < abs(v) < 30 for v in values[:root]), values
@@ -382,17 +384,17 @@ def draw(root, highlight=None):
 
 
 def test_check_drawing_accepts_a_drawing_and_rejects_a_duplicate():
-    for root, what in scalar_engine.value_graphs(seed=3):
-        scalar_engine.check_drawing("draw_dot", draw, root, what=what)
+    for root, what in nb02_micrograd.value_graphs(seed=3):
+        nb02_micrograd.check_drawing("draw_dot", draw, root, what=what)
 
     def draw_twice(root):
         dot = draw(root)
         dot.node("copy", label=f"{{ data {root.data:.4f} | grad {root.grad:.4f} }}", shape="record")
         return dot
 
-    root = scalar_engine.value_graphs(seed=3)[1][0]
+    root = nb02_micrograd.value_graphs(seed=3)[1][0]
     with pytest.raises(GradingError, match="drawn 2 times"):
-        scalar_engine.check_drawing("draw_dot", draw_twice, root, what="a + a")
+        nb02_micrograd.check_drawing("draw_dot", draw_twice, root, what="a + a")
 
 
 # --- trusted grading: the engine runs in a driver (the kernel), the comparisons here ---------------
@@ -436,12 +438,12 @@ def only_data(answer):
 
 
 ENGINE_CELL = """
-from autograder.checks import scalar_engine
-scalar_engine.compare_graph("Value", Value, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
-scalar_engine.check_each_op("Value", Value, ("*", "+", "relu", "tanh"), seed=1, repeats=1)
-scalar_engine.check_random_expressions("Value", Value, scalar_engine.ARITHMETIC_OPS, seed=2, count=5)
-scalar_engine.check_two_passes("Value", Value, lambda a, b: a * b, lambda a, b: a + b * b, [1.5, -2.0])
-scalar_engine.check_deep_chain("Value", Value, n_nodes=20_000)
+from autograder.checks import nb02_micrograd
+nb02_micrograd.compare_graph("Value", Value, lambda a, b, c: (a * b + c) * a, [2.0, -3.0, 10.0])
+nb02_micrograd.check_each_op("Value", Value, ("*", "+", "relu", "tanh"), seed=1, repeats=1)
+nb02_micrograd.check_random_expressions("Value", Value, nb02_micrograd.ARITHMETIC_OPS, seed=2, count=5)
+nb02_micrograd.check_two_passes("Value", Value, lambda a, b: a * b, lambda a, b: a + b * b, [1.5, -2.0])
+nb02_micrograd.check_deep_chain("Value", Value, n_nodes=20_000)
 """
 
 
@@ -467,12 +469,12 @@ def test_trusted_engine_checks_build_graphs_in_the_kernel_and_compare_here(engin
 def test_a_trusted_mismatch_reads_as_in_plain_mode_and_keeps_the_snapshot():
     build, values = "lambda a, b: a * b + a", [2.0, -3.0]
     with pytest.raises(GraphMismatch) as plain:
-        scalar_engine.compare_graph("Value", MulForgetsFactor, eval(build), values)
-    err, answers = run_trusted(f"from autograder.checks import scalar_engine\n"
-                               f"scalar_engine.compare_graph('Value', Value, {build}, {values})",
+        nb02_micrograd.compare_graph("Value", MulForgetsFactor, eval(build), values)
+    err, answers = run_trusted(f"from autograder.checks import nb02_micrograd\n"
+                               f"nb02_micrograd.compare_graph('Value', Value, {build}, {values})",
                                {"Value": MulForgetsFactor})
     assert isinstance(err, GraphMismatch) and str(err) == str(plain.value)
-    assert scalar_engine.last_mismatch is err  # kept in the grader, where the message is shown
+    assert nb02_micrograd.last_mismatch is err  # kept in the grader, where the message is shown
     assert len(answers) == 2  # the graphs, then what each user's _backward sends (only once it failed)
     assert err.node.data == 2.0 and [c.data for c in err.culprits] == [-6.0]
     red = [line for line in draw(err.root, highlight=err.node).body if "fillcolor=red" in line]
@@ -484,18 +486,18 @@ def test_a_trusted_wrong_forward_value_keeps_the_graph_before_backward():
         def exp(self):
             return self._out(self.data, (self,), "exp", (1.0,))
 
-    err, _ = run_trusted("from autograder.checks import scalar_engine\n"
-                         "scalar_engine.compare_graph('Value', Value, lambda a: a.exp() * 3, [0.5])",
+    err, _ = run_trusted("from autograder.checks import nb02_micrograd\n"
+                         "nb02_micrograd.compare_graph('Value', Value, lambda a: a.exp() * 3, [0.5])",
                          {"Value": WrongExp})
     assert isinstance(err, GraphMismatch) and "wrong forward value at n1 = a.exp()" in str(err)
     assert err.node.data == 0.5 and err.root.grad == 0.0  # as the graph was before backward()
 
 
 MLP_CELL = """
-from autograder.checks import scalar_engine
-scalar_engine.check_mlp_gradients("MLP", MLP, 2, [3, 1], seed=0, samples=3)
-scalar_engine.check_mlp_gradients("MLP", MLP, 2, [2, 2], seed=1, samples=3, loss="squared")
-scalar_engine.check_zero_grad("MLP", MLP, 2, [3, 1], seed=2)
+from autograder.checks import nb02_micrograd
+nb02_micrograd.check_mlp_gradients("MLP", MLP, 2, [3, 1], seed=0, samples=3)
+nb02_micrograd.check_mlp_gradients("MLP", MLP, 2, [2, 2], seed=1, samples=3, loss="squared")
+nb02_micrograd.check_zero_grad("MLP", MLP, 2, [3, 1], seed=2)
 """
 
 
@@ -546,9 +548,9 @@ def test_trusted_draw_dot_comes_back_as_the_digraphs_lines():
         dot.node("copy", label=f"{{ data {root.data:.4f} | grad {root.grad:.4f} }}", shape="record")
         return dot
 
-    cell = ("from autograder.checks import scalar_engine\n"
-            "for root, what in scalar_engine.value_graphs(seed=3):\n"
-            "    scalar_engine.check_drawing('draw_dot', draw_dot, root, what=what)\n")
+    cell = ("from autograder.checks import nb02_micrograd\n"
+            "for root, what in nb02_micrograd.value_graphs(seed=3):\n"
+            "    nb02_micrograd.check_drawing('draw_dot', draw_dot, root, what=what)\n")
     for drawer, words in [(draw, None), (draw_twice, "drawn 2 times"),
                           (lambda root: draw(root).source, "should return a graphviz.Digraph, got str")]:
         err, answers = run_trusted(cell, {"draw_dot": drawer})
@@ -580,16 +582,16 @@ class PowFromOutput(Tiny):
 
 
 @pytest.mark.parametrize("engine, ops, words", [
-    (Tiny, scalar_engine.ARITHMETIC_OPS + scalar_engine.TRANSCENDENTAL_OPS, None),
-    (TanhFromExp, scalar_engine.TRANSCENDENTAL_OPS, "OverflowError"),
-    (ReluOneAtZero, scalar_engine.ARITHMETIC_OPS, "the mask is x > 0, not x >= 0"),
-    (PowFromOutput, scalar_engine.ARITHMETIC_OPS, "ZeroDivisionError"),
+    (Tiny, nb02_micrograd.ARITHMETIC_OPS + nb02_micrograd.TRANSCENDENTAL_OPS, None),
+    (TanhFromExp, nb02_micrograd.TRANSCENDENTAL_OPS, "OverflowError"),
+    (ReluOneAtZero, nb02_micrograd.ARITHMETIC_OPS, "the mask is x > 0, not x >= 0"),
+    (PowFromOutput, nb02_micrograd.ARITHMETIC_OPS, "ZeroDivisionError"),
 ], ids=lambda v: getattr(v, "__name__", None))
 def test_special_points_catch_what_random_points_miss(engine, ops, words):
-    scalar_engine.check_each_op("Value", engine, ops, seed=3, repeats=2)  # every engine here passes these
+    nb02_micrograd.check_each_op("Value", engine, ops, seed=3, repeats=2)  # every engine here passes these
     if words is None:
-        scalar_engine.check_special_points("Value", engine, ops)
+        nb02_micrograd.check_special_points("Value", engine, ops)
         return
     with pytest.raises(GradingError) as info:
-        scalar_engine.check_special_points("Value", engine, ops)
+        nb02_micrograd.check_special_points("Value", engine, ops)
     assert "Value: fails for the special points of the function" in str(info.value) and words in str(info.value)

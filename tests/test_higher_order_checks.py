@@ -1,4 +1,4 @@
-"""autograder.checks.higher_order: the references and counts are right, correct answers written here
+"""autograder.checks.nb08_higher_order: the references and counts are right, correct answers written here
 (independently of the notebook's solutions) pass, the classic slips fail with a message that names
 them, and the checks work across the trusted boundary."""
 import warnings
@@ -10,8 +10,21 @@ import torch
 import torch.nn.functional as F
 
 from autograder.checks import GradingError, boundary
-from autograder.checks import higher_order as ho
-from autograder.checks.checkpointing import SavedCounts
+from autograder.checks import nb08_higher_order as ho
+from autograder.checks.nb08_higher_order.hessian_vector import reference_hvp
+from autograder.checks.nb08_higher_order.per_sample import (
+    counting_model,
+    loop_of_single_example_grads,
+    per_sample_inputs,
+)
+from autograder.checks.nb08_higher_order.truncated_bptt import (
+    ScalarCell,
+    rnn_cell,
+    saved_counts_of_tbptt,
+    sequence,
+    squared_error,
+)
+from autograder.checks.saved_counts import SavedCounts
 from autograder.grader.keys import answer_key
 from autograder.learner.device import available_devices
 
@@ -117,7 +130,7 @@ def test_the_quadratic_objective_has_the_hessian_written_by_hand():
     case = ho.hvp_case("quadratic", (4,), seed=3, device="cpu")
     f = case["f"]
     hessian = (f.a + f.a.T) / 2  # d^2/dx^2 of 0.5 x.(A x) + b.x
-    assert torch.allclose(ho.reference_hvp(f, case["x"], case["v"]), hessian @ case["v"], atol=1e-12)
+    assert torch.allclose(reference_hvp(f, case["x"], case["v"]), hessian @ case["v"], atol=1e-12)
 
 
 @pytest.mark.parametrize("kind, shape", [("softmax", (5,)), ("rosenbrock", (4,)), ("matrix", (2, 3)),
@@ -125,7 +138,7 @@ def test_the_quadratic_objective_has_the_hessian_written_by_hand():
                                          ("affine_weights", (2, 2)), ("counted", (3,))])
 def test_every_objective_against_finite_differences(kind, shape):
     case = ho.hvp_case(kind, shape, seed=7, device="cpu")
-    expected = ho.reference_hvp(case["f"], case["x"], case["v"])
+    expected = reference_hvp(case["f"], case["x"], case["v"])
     if kind.startswith("affine"):
         assert expected.abs().max() == 0
     else:
@@ -308,9 +321,9 @@ def test_per_sample_checks_pass_vmap(kind, loss, device):
 
 
 def test_the_loop_reference_matches_vmap_and_averages_to_the_batch_gradient():
-    model = ho.counting_model("frozen", seed=2, device="cpu")
-    x, y = ho.per_sample_inputs("frozen", 6, "mse", seed=3, device="cpu")
-    loop = ho.loop_of_single_example_grads(model, F.mse_loss, x, y)
+    model = counting_model("frozen", seed=2, device="cpu")
+    x, y = per_sample_inputs("frozen", 6, "mse", seed=3, device="cpu")
+    loop = loop_of_single_example_grads(model, F.mse_loss, x, y)
     assert sorted(loop) == ["body.2.bias", "body.2.weight"]  # the frozen first layer is left out
     vectorised = per_sample_grads(model, F.mse_loss, x, y)
     for name, grads in loop.items():
@@ -321,9 +334,9 @@ def test_the_loop_reference_matches_vmap_and_averages_to_the_batch_gradient():
 
 
 def test_a_loop_earns_the_values_but_not_the_vectorised_point():
-    ho.check_per_sample_grads("psg", ho.loop_of_single_example_grads, "mlp", batch=4, loss="mse", seed=4)
+    ho.check_per_sample_grads("psg", loop_of_single_example_grads, "mlp", batch=4, loss="mse", seed=4)
     with pytest.raises(GradingError, match="ran the model 4 times for 4 examples"):
-        ho.check_per_sample_grads("psg", ho.loop_of_single_example_grads, "mlp", batch=4, loss="mse", seed=4,
+        ho.check_per_sample_grads("psg", loop_of_single_example_grads, "mlp", batch=4, loss="mse", seed=4,
                                   vectorised=True)
 
 
@@ -364,10 +377,10 @@ VISIBLE = dict(xs=[0.5, -1.0, 2.0, 0.3, -0.7], targets=[0.2, -0.3, 0.6, 0.1, -0.
 
 def test_the_visible_literals_are_the_keys_values():
     """The numbers the notebook's visible test states are what the answer key computes."""
-    cell = ho.ScalarCell()
+    cell = ScalarCell()
     total = KEY.tbptt_backward(cell, torch.tensor(VISIBLE["xs"], dtype=torch.float64),
                                torch.tensor(VISIBLE["targets"], dtype=torch.float64),
-                               torch.tensor(0.0, dtype=torch.float64), VISIBLE["k"], ho.squared_error)
+                               torch.tensor(0.0, dtype=torch.float64), VISIBLE["k"], squared_error)
     assert total == pytest.approx(VISIBLE["expected_total"], rel=1e-12)
     assert {n: p.grad.item() for n, p in cell.named_parameters()} == pytest.approx(VISIBLE["expected_grads"], rel=1e-12)
     ho.check_tbptt_expected("tb", tbptt_backward, **VISIBLE)
@@ -392,9 +405,9 @@ def test_tbptt_memory_is_flat_for_the_key_and_grows_for_one_backward_at_the_end(
 def test_tbptt_peaks_are_exactly_equal_for_the_key():
     peaks = []
     for steps in (6, 13):
-        cell = ho.rnn_cell("rnn", seed=2, hidden=8, dtype=torch.float32, device="cpu")
-        xs, targets, h0 = ho.sequence("mse", steps, seed=3, hidden=8, dtype=torch.float32, device="cpu", as_list=True)
-        peaks.append(ho.saved_counts_of_tbptt(KEY.tbptt_backward, cell, xs, targets, h0, 3, F.mse_loss).peak_bytes)
+        cell = rnn_cell("rnn", seed=2, hidden=8, dtype=torch.float32, device="cpu")
+        xs, targets, h0 = sequence("mse", steps, seed=3, hidden=8, dtype=torch.float32, device="cpu", as_list=True)
+        peaks.append(saved_counts_of_tbptt(KEY.tbptt_backward, cell, xs, targets, h0, 3, F.mse_loss).peak_bytes)
     assert peaks[0] == peaks[1] > 0
 
 
@@ -423,20 +436,23 @@ def flatten(answer):
 
 
 CELLS = {
-    "hvp": (hvp, "ho.check_hvp('g', g, [ho.hvp_case('softmax', (4,), seed=1, device='cpu')])\n"
-                 "ho.check_hvp_double_backward('g', g, shape=(3,), seed=2, device='cpu')"),
-    "penalty": (gradient_penalty, "ho.check_penalty('g', g, key.gradient_penalty, kind='conv', batch=3, "
-                                      "shape=(2, 4), alpha_kind='column', seed=3, device='cpu')"),
-    "SmoothAbs": (SmoothAbs, "ho.check_smooth_abs_double_backward('g', g, [ho.smooth_abs_case((3,), eps=0.1, seed=4, "
-                             "device='cpu')])"),
-    "per_sample": (per_sample_grads, "ho.check_per_sample_grads('g', g, 'conv', batch=3, loss='mse', seed=5, "
-                                     "device='cpu', vectorised=True)"),
-    "step": (attach_step_in_backward, "ho.check_step_in_backward('g', g, 'tied', lr=0.1, seed=6, device='cpu')"),
-    "tbptt": (tbptt_backward, "ho.check_tbptt('g', g, key.tbptt_backward, 'rnn', steps=5, k=2, loss='mse', "
-                                  "seed=7, h0_requires_grad=True, preset_grads=True, device='cpu')\n"
-                                  "ho.check_tbptt_memory('g', g, k=2, lengths=(4, 9), seed=8, device='cpu')"),
+    "hvp": (hvp, "nb08_higher_order.check_hvp('g', g, [nb08_higher_order.hvp_case('softmax', (4,), seed=1, "
+                 "device='cpu')])\n"
+                 "nb08_higher_order.check_hvp_double_backward('g', g, shape=(3,), seed=2, device='cpu')"),
+    "penalty": (gradient_penalty, "nb08_higher_order.check_penalty('g', g, key.gradient_penalty, kind='conv', "
+                                  "batch=3, shape=(2, 4), alpha_kind='column', seed=3, device='cpu')"),
+    "SmoothAbs": (SmoothAbs, "nb08_higher_order.check_smooth_abs_double_backward('g', g, "
+                             "[nb08_higher_order.smooth_abs_case((3,), eps=0.1, seed=4, device='cpu')])"),
+    "per_sample": (per_sample_grads, "nb08_higher_order.check_per_sample_grads('g', g, 'conv', batch=3, loss='mse', "
+                                     "seed=5, device='cpu', vectorised=True)"),
+    "step": (attach_step_in_backward, "nb08_higher_order.check_step_in_backward('g', g, 'tied', lr=0.1, seed=6, "
+                                      "device='cpu')"),
+    "tbptt": (tbptt_backward, "nb08_higher_order.check_tbptt('g', g, key.tbptt_backward, 'rnn', steps=5, k=2, "
+                              "loss='mse', seed=7, h0_requires_grad=True, preset_grads=True, device='cpu')\n"
+                              "nb08_higher_order.check_tbptt_memory('g', g, k=2, lengths=(4, 9), seed=8, "
+                              "device='cpu')"),
 }
-PREAMBLE = ("from autograder.checks import higher_order as ho\nfrom autograder.grader.keys import answer_key\n"
+PREAMBLE = ("from autograder.checks import nb08_higher_order\nfrom autograder.grader.keys import answer_key\n"
             "key = answer_key('08_higher_order')\n")
 
 
@@ -512,10 +528,10 @@ def seen_layouts(implementation, record):
 def test_strided_inputs_reach_the_learners_code_strided(mode):
     """A copy across the trusted boundary, or the private copy each call gets, is contiguous again: the
     drivers build the strided views where the learner's code runs, in both modes."""
-    cells = {"hvp": (hvp, "ho.check_hvp('g', g, [ho.hvp_case('matrix', (3, 4), seed=1, stress='non-contiguous', "
-                          "device='cpu')])"),
-             "per_sample": (per_sample_grads, "ho.check_per_sample_grads('g', g, 'mlp', batch=4, loss='mse', seed=2, "
-                                              "stress='non-contiguous', device='cpu')")}
+    cells = {"hvp": (hvp, "nb08_higher_order.check_hvp('g', g, [nb08_higher_order.hvp_case('matrix', (3, 4), seed=1, "
+                          "stress='non-contiguous', device='cpu')])"),
+             "per_sample": (per_sample_grads, "nb08_higher_order.check_per_sample_grads('g', g, 'mlp', batch=4, "
+                                              "loss='mse', seed=2, stress='non-contiguous', device='cpu')")}
     for name, (implementation, cell) in cells.items():
         record = []
         wrapped = seen_layouts(implementation, record)
@@ -602,7 +618,7 @@ def step_without_no_grad(model, lr):
 
 @pytest.mark.parametrize("mode", ["plain", "trusted"])
 def test_a_step_outside_no_grad_passes_a_plain_backward_and_is_named_under_create_graph(mode):
-    cell = "ho.check_step_in_backward('g', g, 'tied', lr=0.1, seed=6, device='cpu', create_graph={})"
+    cell = "nb08_higher_order.check_step_in_backward('g', g, 'tied', lr=0.1, seed=6, device='cpu', create_graph={})"
 
     def run(implementation, create_graph):
         source = PREAMBLE + cell.format(create_graph)

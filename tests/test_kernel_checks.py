@@ -1,4 +1,4 @@
-"""autograder.checks.kernels: the guard marks the memory around inputs and allocations and sees every
+"""autograder.checks.nb09_kernels: the guard marks the memory around inputs and allocations and sees every
 write there, counts launches, refuses torch maths outside a launch (and not Triton's own inside one);
 the checks accept kernels written here and name the slips of wrong ones. The notebook's catalogue of
 wrong and right answers is tests/mutants/nb09_kernels.py; these tests hold the guard itself.
@@ -16,8 +16,9 @@ import triton  # noqa: E402  (after prepare(): TRITON_INTERPRET must be set firs
 import triton.language as tl  # noqa: E402
 
 from autograder.checks import GradingError  # noqa: E402
-from autograder.checks import kernels as kc  # noqa: E402
-from autograder.checks.kernels import guard  # noqa: E402
+from autograder.checks import nb09_kernels as kc  # noqa: E402
+from autograder.checks.nb09_kernels import guard  # noqa: E402
+from autograder.checks.nb09_kernels.verdicts import BLOCK_LIMIT  # noqa: E402
 from autograder.learner.device import available_devices, get_device  # noqa: E402
 
 # Skipped where Triton cannot launch a kernel, failed instead under CI (tests/conftest.py).
@@ -163,7 +164,7 @@ def test_stresses_name_themselves():
     with pytest.raises(GradingError, match="fails for a non-contiguous x"):
         kc.check_silu_forward("silu_forward", lambda x: scale(x), cases)
     wide = kc.rmsnorm_case(2, 3, seed=1, stress="wide-rows")
-    assert wide["x"].shape == (2, kc.BLOCK_LIMIT + 904) and wide["weight"].shape == (kc.BLOCK_LIMIT + 904,)
+    assert wide["x"].shape == (2, BLOCK_LIMIT + 904) and wide["weight"].shape == (BLOCK_LIMIT + 904,)
 
 
 def test_a_block_larger_than_the_limit_is_named():

@@ -371,7 +371,7 @@ def test_wheel_holds_no_grader_and_no_answer_key(wheel):
 
 
 def test_every_package_of_the_tree_but_the_grader_is_in_the_wheel(wheel):
-    """A new subpackage (autograder/checks/toggles/, ...) is packaged without anyone listing it."""
+    """A new subpackage (autograder/checks/nb04_toggles/, ...) is packaged without anyone listing it."""
     names = set(zipfile.ZipFile(wheel).namelist())
     wanted = {str(p.relative_to(course.ROOT)) for p in (course.ROOT / "autograder").rglob("*.py")
               if "__pycache__" not in p.parts and "grader" not in p.relative_to(course.ROOT).parts}

@@ -1,4 +1,4 @@
-"""autograder.checks.loss_scaling: correct answers pass, wrong ones fail with a message that names the problem."""
+"""autograder.checks.nb05_loss_scaling: correct answers pass, wrong ones fail with a message that names the problem."""
 import copy
 import math
 import sys
@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from autograder.checks import GradingError
-from autograder.checks.loss_scaling import GradientStream
-from autograder.checks.loss_scaling import fp16_gradients as fg
-from autograder.checks.loss_scaling import scaler_runs as sr
-from autograder.checks.loss_scaling import underflow as uf
+from autograder.checks.nb05_loss_scaling import GradientStream
+from autograder.checks.nb05_loss_scaling import fp16_gradients as fg
+from autograder.checks.nb05_loss_scaling import scaler_runs as sr
+from autograder.checks.nb05_loss_scaling import underflow as uf
 from autograder.grader.keys import answer_key
 
 KEY = answer_key("05_loss_scaling")
@@ -211,7 +211,7 @@ def flattens_with_view(t, dtype=torch.float16):
 STRIDED_CELL = """
 import torch
 from autograder.checks import battery
-from autograder.checks.loss_scaling import underflow as uf
+from autograder.checks.nb05_loss_scaling import underflow as uf
 from autograder.grader.keys import answer_key
 t = uf.log_uniform(6, 9, seed=5, low=1e-10, high=1e-4, zeros=0.2, device="cpu")
 with battery.trying("g", "non-contiguous", what="t"):
@@ -437,7 +437,7 @@ def run_trusted(source, implementation, kernel=mutation.Loopback):
 
 SCALED_CELL = """
 import torch
-from autograder.checks.loss_scaling import fp16_gradients as fg, scaler_runs as sr
+from autograder.checks.nb05_loss_scaling import fp16_gradients as fg, scaler_runs as sr
 net = fg.float32_mlp((6, 16, 8), seed=10, device="cpu")
 for i, p in enumerate(net.parameters()):
     p.grad = torch.full_like(p, float(i + 1))
@@ -482,7 +482,7 @@ def test_trusted_scaled_fp16_grads_judges_the_callers_model_as_the_call_left_it(
 
 
 SCALER_CELL = """
-from autograder.checks.loss_scaling import fp16_gradients as fg, scaler_runs as sr
+from autograder.checks.nb05_loss_scaling import fp16_gradients as fg, scaler_runs as sr
 stream = sr.GradientStream("mixed", "..+....N.-......", seed=1)
 sr.check_defaults("g", g)
 reference, got = sr.side_by_side("g", g, stream, unscale_first=True, clip=1.0, init_scale=1024.0, growth_interval=3)
@@ -515,7 +515,7 @@ def test_trusted_scaler_check_gives_the_plain_message():
     with pytest.raises(GradingError) as plain:
         sr.check_against_gradscaler("g", GrowsEveryStep, stream, **settings)
     cell = f"""
-from autograder.checks.loss_scaling import fp16_gradients as fg, scaler_runs as sr
+from autograder.checks.nb05_loss_scaling import fp16_gradients as fg, scaler_runs as sr
 stream = sr.GradientStream({stream.name!r}, {stream.pattern!r}, seed={stream.seed})
 sr.check_against_gradscaler("g", g, stream, **{settings!r})
 """

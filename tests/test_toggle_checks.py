@@ -1,4 +1,4 @@
-"""autograder.checks.toggles: correct answers pass, the classic slips fail with a message that names them.
+"""autograder.checks.nb04_toggles: correct answers pass, the classic slips fail with a message that names them.
 
 Hidden tests pass the course's answer key (solutions/04_toggles/answer_key.py) into the checks whose only
 reference is an answer; the visible tests' literal cases are checked here against that key too."""
@@ -7,14 +7,13 @@ import dataclasses
 import math
 from unittest import mock
 
-import graphviz
 import mutation
 import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import GradingError, boundary, toggles
-from autograder.checks.toggles import (
+from autograder.checks import GradingError, boundary
+from autograder.checks.nb04_toggles import (
     accumulation,
     cases,
     distillation,
@@ -526,20 +525,6 @@ def test_a_batch_of_one_is_named_where_a_squeeze_drops_it():
                                              n=1, k=1, seed=4)
 
 
-# --- drawing -------------------------------------------------------------------------------------
-def test_drawing_shows_nodes_saved_tensors_and_named_leaves():
-    x = torch.randn(4, 3)
-    W = torch.randn(2, 3, requires_grad=True)
-    h = torch.tanh(x @ W.T)
-    L = (h * h).mean()
-    dot = toggles.draw_autograd_graph(L, names={"W": W})
-    assert isinstance(dot, graphviz.Digraph)
-    assert "TanhBackward0\\nsaved result: 4x2" in dot.source and "W 2x3" in dot.source
-    L.backward()
-    assert "freed" in toggles.draw_autograd_graph(L).source
-    assert "nothing recorded" in toggles.draw_autograd_graph(W).source
-
-
 # --- trusted grading: the learner's code runs in a driver (in the kernel), the comparisons here ------
 class KernelWithoutComparisons(mutation.Loopback):
     """A kernel where the submission has disabled the comparisons it can reach."""
@@ -571,50 +556,51 @@ def run_trusted(source, implementation, kernel=mutation.Loopback):
 CELLS = {
     "grad_fn_names": """
 import torch
-from autograder.checks.toggles import graph_walk
+from autograder.checks import nb04_toggles
 from autograder.grader.keys import answer_key
 leaf = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
-graph_walk.check_grad_fn_names("g", g, [("(x * 2).sum()", lambda: (leaf * 2).sum(),
-                                         ["SumBackward0", "MulBackward0", "AccumulateGrad"])])
-graph_walk.check_grad_fn_names("g", g, graph_walk.autograd_graphs(seed=9), answer_key("04_toggles").grad_fn_names)
+nb04_toggles.check_grad_fn_names("g", g, [("(x * 2).sum()", lambda: (leaf * 2).sum(),
+                                           ["SumBackward0", "MulBackward0", "AccumulateGrad"])])
+nb04_toggles.check_grad_fn_names("g", g, nb04_toggles.autograd_graphs(seed=9), answer_key("04_toggles").grad_fn_names)
 """,
     "freeze_all_but": """
-from autograder.checks.toggles import freezing, models
-freezing.check_freeze_flags("g", g, models.deep_stack, ["2.weight", "2.bias"], seed=1, frozen_before=("2.bias",))
-freezing.check_freeze_training("g", g, models.lora_net, ["block.lora_A", "head.bias"], seed=2)
-freezing.check_freeze_unknown_name("g", g, models.lora_net, seed=3)
+from autograder.checks import nb04_toggles
+nb04_toggles.check_freeze_flags("g", g, nb04_toggles.deep_stack, ["2.weight", "2.bias"], seed=1,
+                                frozen_before=("2.bias",))
+nb04_toggles.check_freeze_training("g", g, nb04_toggles.lora_net, ["block.lora_A", "head.bias"], seed=2)
+nb04_toggles.check_freeze_unknown_name("g", g, nb04_toggles.lora_net, seed=3)
 """,
     "distill_loss": """
-from autograder.checks.toggles import distillation
+from autograder.checks import nb04_toggles
 from autograder.grader.keys import answer_key
-distillation.check_distill_example("g", g, [[1.0, 2.0, 3.0]], [[3.0, 2.0, 1.0]], 1.0, 1.1504207652)
-distillation.check_distill_value("g", g, answer_key("04_toggles").distill_loss, B=4, C=5, T=2.0, seed=1)
-distillation.check_distill_gradients("g", g, B=4, C=5, T=2.0, seed=1)
-distillation.check_distill_models("g", g, seed=2)
+nb04_toggles.check_distill_example("g", g, [[1.0, 2.0, 3.0]], [[3.0, 2.0, 1.0]], 1.0, 1.1504207652)
+nb04_toggles.check_distill_value("g", g, answer_key("04_toggles").distill_loss, B=4, C=5, T=2.0, seed=1)
+nb04_toggles.check_distill_gradients("g", g, B=4, C=5, T=2.0, seed=1)
+nb04_toggles.check_distill_models("g", g, seed=2)
 """,
     "per_loss_grads": """
-from autograder.checks.toggles import per_loss
+from autograder.checks import nb04_toggles
 from autograder.grader.keys import answer_key
-per_loss.check_per_loss_example("g", g, [([3.0, 3.0], [3.0]), ([18.0, 36.0], [30.0]), ([2.0, 4.0], [0.0])])
-per_loss.check_per_loss_grads("g", g, answer_key("04_toggles").per_loss_grads, seed=1)
+nb04_toggles.check_per_loss_example("g", g, [([3.0, 3.0], [3.0]), ([18.0, 36.0], [30.0]), ([2.0, 4.0], [0.0])])
+nb04_toggles.check_per_loss_grads("g", g, answer_key("04_toggles").per_loss_grads, seed=1)
 """,
     "accumulated_grads": """
-from autograder.checks.toggles import accumulation
-accumulation.check_accumulated_grads("g", g, n=10, k=3, seed=1, frozen=("0.bias",))
-accumulation.check_accumulated_grads("g", g, n=96, k=4, seed=2, hidden=64, memory=True)
+from autograder.checks import nb04_toggles
+nb04_toggles.check_accumulated_grads("g", g, n=10, k=3, seed=1, frozen=("0.bias",))
+nb04_toggles.check_accumulated_grads("g", g, n=96, k=4, seed=2, hidden=64, memory=True)
 """,
     "train_step": """
-from autograder.checks.toggles import training_step
+from autograder.checks import nb04_toggles
 from autograder.grader.keys import answer_key
-training_step.check_train_step_example("g", g, max_norm=0.5, loss=12.3125,
-                                       weight=[[0.469259180084936, -0.9606133244838243]], bias=[0.2480786987553085])
-training_step.check_train_step("g", g, answer_key("04_toggles").train_step, seed=1, max_norm=0.5)
-training_step.check_train_step_keeps_no_graph("g", g, seed=2, steps=5)
+nb04_toggles.check_train_step_example("g", g, max_norm=0.5, loss=12.3125,
+                                      weight=[[0.469259180084936, -0.9606133244838243]], bias=[0.2480786987553085])
+nb04_toggles.check_train_step("g", g, answer_key("04_toggles").train_step, seed=1, max_norm=0.5)
+nb04_toggles.check_train_step_keeps_no_graph("g", g, seed=2, steps=5)
 """,
     "predict": """
-from autograder.checks.toggles import prediction
-prediction.check_predict("g", g, seed=1)
-prediction.check_predict("g", g, seed=2, model_kind="two_heads")
+from autograder.checks import nb04_toggles
+nb04_toggles.check_predict("g", g, seed=1)
+nb04_toggles.check_predict("g", g, seed=2, model_kind="two_heads")
 """,
 }
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from autograder import checks
-from autograder.checks import boundary, kernel
+from autograder.checks import boundary, responder
 from autograder.grader import isolation, trusted
 from autograder.learner import memory
 
@@ -110,9 +110,9 @@ def test_the_kernel_answers_with_a_private_copy_that_a_notebook_cannot_patch():
     saved = public._autograd_forbidden
     public._autograd_forbidden = lambda exercise: contextlib.nullcontext()  # what a notebook did
     try:
-        with kernel.private_package() as private:
+        with responder.private_package() as private:
             inside = sys.modules["autograder.checks.student_calls"]
-            assert inside is not public and private.__file__ == kernel.__file__
+            assert inside is not public and private.__file__ == responder.__file__
             with pytest.raises(Exception, match="called autograd") as refused:  # the private copy's GradingError
                 inside.call_student("relu_grad", lambda x: torch.autograd.grad(x.sum(), x),
                                     torch.ones(2, requires_grad=True), no_autograd=True)
@@ -308,7 +308,7 @@ def test_a_partial_of_a_student_function_is_sent_to_the_kernel():
     kernel_connection = object()
     call = functools.partial(boundary.StudentName("f", kernel_connection), 2)
     assert boundary.remote_for(call, []) is kernel_connection
-    assert kernel._resolve(call, {"f": lambda a, b: a * b})(5) == 10
+    assert responder._resolve(call, {"f": lambda a, b: a * b})(5) == 10
 
 
 def test_gradients_the_caller_holds_reach_the_kernel_and_a_dtype_change_is_named():

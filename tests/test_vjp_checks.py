@@ -1,4 +1,4 @@
-"""autograder.checks.vjps: inputs keep their layout, references are right, guards catch what they
+"""autograder.checks.nb03_vjp: inputs keep their layout, references are right, guards catch what they
 should and leave nothing behind, and each checker accepts a right answer and names a wrong one.
 
 The custom Functions and engines used as fixtures come from the mutation catalogue of notebook 03
@@ -17,8 +17,12 @@ from mutants import nb03_vjp as catalogue
 
 from autograder import checks
 from autograder.checks import GradingError, battery, boundary
-from autograder.checks import vjps as vc
-from autograder.checks.vjps import tensor_engine
+from autograder.checks import nb03_vjp as vc
+from autograder.checks.nb03_vjp import tensor_engine
+from autograder.checks.nb03_vjp.cases import LAYOUTS, is_expanded, private_copy, relayout
+from autograder.checks.nb03_vjp.functions import FunctionRun
+from autograder.checks.nb03_vjp.tensor_engine import EngineNode, toy_regression
+from autograder.checks.nb03_vjp.watch import human_bytes
 
 
 def softmax_vjp(y, g, dim=-1):
@@ -36,10 +40,10 @@ def unbroadcast(g, shape):
 
 # --- inputs --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("shape", [(3, 4), (2, 3, 4), (5,), (2, 1, 3)])
-@pytest.mark.parametrize("layout", vc.LAYOUTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_relayout_keeps_the_values_and_changes_the_strides(shape, layout):
     t = vc.tensor(shape, seed=1)
-    moved = vc.relayout(t, layout)
+    moved = relayout(t, layout)
     assert torch.equal(moved, t)
     if layout == "sliced" or (layout == "transposed" and len(shape) >= 2 and shape[-1] > 1 and shape[-2] > 1):
         assert not moved.is_contiguous()
@@ -48,7 +52,7 @@ def test_relayout_keeps_the_values_and_changes_the_strides(shape, layout):
 def test_private_copies_keep_the_strides_and_share_no_memory():
     for layout in ("transposed", "sliced"):
         t = vc.tensor((3, 4), seed=2, layout=layout)
-        copy = vc.private_copy(t)
+        copy = private_copy(t)
         assert copy.stride() == t.stride() and torch.equal(copy, t)
         copy.add_(1.0)
         assert torch.equal(t, vc.tensor((3, 4), seed=2))
@@ -67,7 +71,7 @@ def test_broadcast_patterns_are_valid_and_cover_every_kind():
 
 def test_dtype_layouts_cover_the_six_pairs_in_three_cases():
     pairs = {pair for i in range(3) for pair in vc.dtype_layouts(i)}
-    assert pairs == {(d, layout) for d in (torch.float64, torch.float32) for layout in vc.LAYOUTS}
+    assert pairs == {(d, layout) for d in (torch.float64, torch.float32) for layout in LAYOUTS}
 
 
 @pytest.mark.parametrize("builder, spec", [
@@ -185,7 +189,7 @@ def test_the_learner_sees_the_layout_and_cannot_touch_the_reference():
         y.zero_()  # an in-place edit of the learner's copy
         return out
 
-    cases = [vc.softmax_case((3, 4), dim=-1, seed=13, layout=layout) for layout in vc.LAYOUTS]
+    cases = [vc.softmax_case((3, 4), dim=-1, seed=13, layout=layout) for layout in LAYOUTS]
     kept = [c.inputs["y"].clone() for c in cases]
     vc.check_vjp("vjp_softmax", spy, cases)
     # a strided case runs after its contiguous twin (same values): a failure there is not the layout's
@@ -246,9 +250,9 @@ def test_unbroadcast_names_the_empty_dim_trap(wrong):
 def test_expanded_inputs_keep_stride_zero_through_a_private_copy_and_their_reference():
     case = vc.linear_case((4,), n=3, m=2, seed=40, expand=("x", "g"))
     x, g = case.inputs["x"], case.inputs["g"]
-    assert vc.is_expanded(x) and vc.is_expanded(g) and not vc.is_expanded(case.inputs["W"])
+    assert is_expanded(x) and is_expanded(g) and not is_expanded(case.inputs["W"])
     assert torch.equal(x, x[:1].expand_as(x)) and case.layout_stress() == ("expanded", "x, g")
-    copy = vc.private_copy(g)
+    copy = private_copy(g)
     assert copy.stride() == g.stride() and torch.equal(copy, g) and copy.data_ptr() != g.data_ptr()
     gx, gW, gb = case.expected
     torch.testing.assert_close(gW, g.T @ x)  # the reference is autograd's on the expanded values
@@ -359,9 +363,9 @@ def test_a_backward_that_double_backward_cannot_follow_is_named_a_create_graph_f
 
 
 def test_human_bytes():
-    assert vc.human_bytes(512) == "512 bytes"
-    assert vc.human_bytes(3 * 1024**2) == "3.0 MiB"
-    assert vc.human_bytes(2 * 1024**5) == "2.0 PiB"
+    assert human_bytes(512) == "512 bytes"
+    assert human_bytes(3 * 1024**2) == "3.0 MiB"
+    assert human_bytes(2 * 1024**5) == "2.0 PiB"
 
 
 # --- custom Functions ------------------------------------------------------------------------------
@@ -476,7 +480,7 @@ def test_a_correct_engine_passes_every_check():
 
 
 def test_a_reference_training_run_lowers_the_loss():
-    x, y = vc.toy_regression(seed=0)
+    x, y = toy_regression(seed=0)
     params = tensor_engine._mlp_params(1, 16, 1, 1, torch.float64)
     losses, _ = tensor_engine.autograd_training(x, y, params, steps=150, lr=0.1)
     mine, _ = tensor_engine.run_engine_training(catalogue.AltTensor, x, y, params, steps=150, lr=0.1)
@@ -520,23 +524,21 @@ def test_layer_norm_reference_uses_the_biased_variance():
 
 # --- trusted grading: the learner's code runs in drivers, the comparisons here ------------------------
 LSE_CELL = """
-from autograder.checks import vjps as vc
-from autograder.checks.vjps import tensor_engine
-vc.check_logsumexp("StableLogSumExp", StableLogSumExp, [vc.logsumexp_case((2, 3), dim=1, seed=13)])
-vc.check_gradchecks("StableLogSumExp", lambda: (lambda t: StableLogSumExp.apply(t, 1)), vc.tensor((3, 4), seed=16),
-                    what="StableLogSumExp.apply(x, 1)")
+from autograder.checks import nb03_vjp
+nb03_vjp.check_logsumexp("StableLogSumExp", StableLogSumExp, [nb03_vjp.logsumexp_case((2, 3), dim=1, seed=13)])
+nb03_vjp.check_gradchecks("StableLogSumExp", lambda: (lambda t: StableLogSumExp.apply(t, 1)),
+                          nb03_vjp.tensor((3, 4), seed=16), what="StableLogSumExp.apply(x, 1)")
 """
 STR_CELL = """
-from autograder.checks import vjps as vc
-from autograder.checks.vjps import tensor_engine
-vc.check_straight_through("StraightThroughRound", StraightThroughRound, [vc.rounding_cases(seed=15, shape=(2, 3))])
+from autograder.checks import nb03_vjp
+nb03_vjp.check_straight_through("StraightThroughRound", StraightThroughRound,
+                                [nb03_vjp.rounding_cases(seed=15, shape=(2, 3))])
 """
 ENGINE_CELL = """
-from autograder.checks import vjps as vc
-from autograder.checks.vjps import tensor_engine
-vc.check_engine_expression("Tensor", Tensor, "((a * b + a).relu() * a).mean()", {"a": (3, 4), "b": (4,)}, seed=17)
-vc.check_engine_mlp("Tensor", Tensor, n_in=2, hidden=3, n_out=1, batch=4, seed=18)
-vc.check_engine_deep("Tensor", Tensor, steps=500)
+from autograder.checks import nb03_vjp
+nb03_vjp.check_engine_expression("Tensor", Tensor, "((a * b + a).relu() * a).mean()", {"a": (3, 4), "b": (4,)}, seed=17)
+nb03_vjp.check_engine_mlp("Tensor", Tensor, n_in=2, hidden=3, n_out=1, batch=4, seed=18)
+nb03_vjp.check_engine_deep("Tensor", Tensor, steps=500)
 """
 
 
@@ -572,15 +574,15 @@ def flatten(answer):
         return [leaf for item in answer for leaf in flatten(item)]
     if isinstance(answer, dict):
         return [leaf for item in answer.values() for leaf in flatten(item)]
-    if isinstance(answer, (vc.FunctionRun, vc.EngineNode)):
+    if isinstance(answer, (FunctionRun, EngineNode)):
         return [answer, *flatten([getattr(answer, f.name) for f in dataclasses.fields(answer)])]
     return [answer]
 
 
 @pytest.mark.parametrize("source, name, right, record", [
-    (LSE_CELL, "StableLogSumExp", catalogue.LSESetupContext, vc.FunctionRun),
-    (STR_CELL, "StraightThroughRound", catalogue.STRSetupContext, vc.FunctionRun),
-    (ENGINE_CELL, "Tensor", catalogue.AltTensor, vc.EngineNode),
+    (LSE_CELL, "StableLogSumExp", catalogue.LSESetupContext, FunctionRun),
+    (STR_CELL, "StraightThroughRound", catalogue.STRSetupContext, FunctionRun),
+    (ENGINE_CELL, "Tensor", catalogue.AltTensor, EngineNode),
 ])
 def test_trusted_grading_passes_a_right_answer_and_only_data_comes_back(source, name, right, record):
     err, answers = run_trusted(source, name, right)
@@ -614,7 +616,7 @@ def test_trusted_grading_rejects_a_wrong_answer_even_when_the_kernel_disables_th
 def test_trusted_grading_compares_what_comes_back_with_its_own_references():
     """A kernel that sends back wrong numbers for a right answer is caught: the verdict is the grader's."""
     def zero_grads(answer):
-        if isinstance(answer, vc.FunctionRun) and isinstance(answer.grads, tuple):
+        if isinstance(answer, FunctionRun) and isinstance(answer.grads, tuple):
             return dataclasses.replace(answer, grads=(torch.zeros_like(answer.grads[0]), *answer.grads[1:]))
         return answer
 
@@ -639,10 +641,11 @@ def test_the_grade_cells_in_trusted_mode_give_the_plain_messages():
 
 
 STRESSED_CELL = """
-from autograder.checks import vjps as vc
-vc.check_vjp("vjp_relu", vjp_relu, [vc.relu_case((3, 4), seed=70),
-                                    vc.relu_case((4, 5), seed=71, expand=("g",)),
-                                    vc.stressed(vc.relu_case((2, 3, 4), seed=72), "non-contiguous", ("x", "g"))])
+from autograder.checks import nb03_vjp
+nb03_vjp.check_vjp("vjp_relu", vjp_relu, [nb03_vjp.relu_case((3, 4), seed=70),
+                                          nb03_vjp.relu_case((4, 5), seed=71, expand=("g",)),
+                                          nb03_vjp.stressed(nb03_vjp.relu_case((2, 3, 4), seed=72), "non-contiguous",
+                                                            ("x", "g"))])
 """
 
 
@@ -651,7 +654,7 @@ def test_expanded_and_strided_inputs_reach_the_learners_code_as_they_are(trusted
     """In trusted grading the inputs are pickled into the kernel: they must arrive expanded and strided
     (with the contiguous twin of each first), or the stresses would test nothing there."""
     def spy(x, g):
-        seen.append((vc.is_expanded(g), g.is_contiguous(), x.is_contiguous()))
+        seen.append((is_expanded(g), g.is_contiguous(), x.is_contiguous()))
         return g * (x > 0)
 
     seen = []

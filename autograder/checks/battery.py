@@ -176,3 +176,9 @@ def trying(exercise, stress, what="input", reason=None):
             raise
         why = reason or advice(stress, message)
         raise GradingError(f"{exercise}: fails for {what_text}: {why}\n{message}") from None
+
+
+def stressed(exercise, stress, what="input", reason=None):
+    """`trying` for a stress, or nothing where there is none (`stress` None): the checks that take an
+    optional stress run every case inside it."""
+    return trying(exercise, stress, what, reason) if stress else contextlib.nullcontext()

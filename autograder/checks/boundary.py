@@ -5,7 +5,7 @@ the student's names are stand-ins (`StudentName`); each student call is shipped 
 only data comes back, in the format `encode` writes and `decode` reads: tensors (with the flags
 checks look at), numbers, strings, containers, dtypes, devices, exceptions as type and message,
 and the checks' own records. Both sides import this module; the kernel's responder is
-`autograder.checks.kernel`.
+`autograder.checks.responder`.
 
 Nothing that comes back is trusted to be small: `check_bounds` walks a loaded answer before
 anything in the grader copies or compares it, and refuses (`TooLarge`) a tensor with too many

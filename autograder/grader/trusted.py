@@ -4,7 +4,7 @@ In plain nbgrader the test cells run in the student's kernel, so a submission ca
 `torch.allclose`, the `autograder` helpers or builtins and pass everything. In trusted mode the
 grader runs each test cell itself, in its own process. The student's names are stand-ins
 (`autograder.checks.boundary.StudentName`) bound to a `Remote`; when a check calls one through
-`call_student`, the call is sent to the kernel (`autograder.checks.kernel`), run there with the
+`call_student`, the call is sent to the kernel (`autograder.checks.responder`), run there with the
 usual guards (time limit, no autograd, ...), and only data comes back: tensors, numbers, strings
 and containers of them, read with `torch.load(weights_only=True)`, so a
 submission cannot smuggle code into the grader. Nor can it hurt the grader with size: the
@@ -29,10 +29,10 @@ import nbformat
 import torch
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-from autograder.checks import boundary, kernel
+from autograder.checks import boundary, responder
 from autograder.checks.compare import GradingError, capped
 
-RESPONDER = str(pathlib.Path(kernel.__file__).resolve())  # the kernel's responder, at the same path in the sandbox
+RESPONDER = str(pathlib.Path(responder.__file__).resolve())  # the kernel's responder, at the same path in the sandbox
 
 
 class GraderFailure(Exception):
@@ -195,7 +195,7 @@ class Remote:
 
     def ask(self, request, response):
         """Have the kernel answer the request file into the response file, with the responder run from its
-        file (`autograder.checks.kernel`: never the copy a notebook imported and could have patched)."""
+        file (`autograder.checks.responder`: never the copy a notebook imported and could have patched)."""
         try:
             self._run(f"__import__('runpy').run_path({RESPONDER!r}, run_name='course_responder')"
                       f"['serve']({str(request)!r}, {str(response)!r})")

@@ -7,7 +7,7 @@ use HTML labels. This module tokenizes DOT (quoted strings, nested `<...>` label
 reads the statements that matter here: node statements with their labels and edge statements,
 chains `a -> b -> c` included; attribute statements (`graph [...]`, `rankdir=LR`) are skipped
 and subgraphs are read as if their statements stood outside them. Both the drawing's description
-(`autograder.learner.drawing`) and the grading of `draw_dot` (`autograder.checks.scalar_engine`)
+(`autograder.learner.drawing`) and the grading of `draw_dot` (`autograder.checks.nb02_micrograd`)
 use it.
 """
 import re

@@ -2,7 +2,7 @@
 
 Never released (only notebooks are) and never packaged; the hidden tests load it with
 `autograder.grader.keys.answer_key("04_toggles")` and pass these functions into the checks of
-`autograder.checks.toggles`. Each refuses to run inside a student's call (`@answer`).
+`autograder.checks.nb04_toggles`. Each refuses to run inside a student's call (`@answer`).
 """
 import collections
 

@@ -2,7 +2,7 @@
 
 Never released (only notebooks are) and never packaged; the hidden tests load it with
 `autograder.grader.keys.answer_key("05_loss_scaling")` and pass these functions into the checks of
-`autograder.checks.loss_scaling`. Each refuses to run inside a student's call (`@answer`).
+`autograder.checks.nb05_loss_scaling`. Each refuses to run inside a student's call (`@answer`).
 DynamicLossScaler needs no key: its reference is torch.amp.GradScaler, which the exercise refuses.
 """
 import copy

@@ -2,7 +2,7 @@
 
 Never released (only notebooks are) and never packaged; the hidden tests load it with
 `autograder.grader.keys.answer_key("06_checkpointing")` and pass it into the checks of
-`autograder.checks.checkpointing`. Each refuses to run inside a student's call (`@answer`).
+`autograder.checks.nb06_checkpointing`. Each refuses to run inside a student's call (`@answer`).
 The checkpointing exercises need no key: their reference is torch.utils.checkpoint, which they refuse.
 """
 import torch

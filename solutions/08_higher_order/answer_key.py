@@ -1,7 +1,7 @@
 """Answer keys of notebook 08: references that are themselves answers (see autograder/grader/keys.py).
 
 Hidden tests load this file with `answer_key("08_higher_order")` and pass these functions into the
-checks of `autograder.checks.higher_order`; it is never packaged and never released (only notebooks
+checks of `autograder.checks.nb08_higher_order`; it is never packaged and never released (only notebooks
 are). Written apart from the notebook's solutions, so that a slip in one is caught by the other.
 """
 import torch

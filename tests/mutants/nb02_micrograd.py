@@ -403,7 +403,7 @@ class ValuePowFromOutput(AltValue):
 @wrong_("Value", "backward() follows the order the course's snapshot walk finds nodes in (not topological)")
 class ValueSnapshotOrder(AltValue):
     def backward(self):
-        from autograder.checks.scalar_engine.snapshots import reachable_nodes
+        from autograder.checks.nb02_micrograd.snapshots import reachable_nodes
         nodes, _ = reachable_nodes(self, lambda node: list(node._prev))
         self.grad = 1
         for node in nodes:  # the root first, but a node may come before one of its users

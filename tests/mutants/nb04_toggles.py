@@ -842,7 +842,7 @@ def ts_retained_graph(model, optimizer, loss_fn, x, y, max_norm=1.0):
 
 @wrong_("train_step", "zeroes the gradients, then replays the checks' 'forgot zero_grad' slip: the right step")
 def ts_replays_a_slip_of_the_checks(model, optimizer, loss_fn, x, y, max_norm=1.0):
-    from autograder.checks.toggles.training_step import _wrong_step
+    from autograder.checks.nb04_toggles.training_step import _wrong_step
     optimizer.zero_grad()
     loss = loss_fn(model(x), y).item()
     _wrong_step("no_zero_grad", model, optimizer, loss_fn, x, y, max_norm)

@@ -234,9 +234,10 @@ def sb_ledger(fn, *inputs):
     return ledger.total_bytes
 
 
-@wrong_("saved_bytes", "counts through the course's graph walk (checks.checkpointing.graph_saved_bytes) instead")
+@wrong_("saved_bytes", "counts through the course's graph walk (nb06_checkpointing.saved_bytes.graph_saved_bytes) "
+                       "instead")
 def sb_graph_walk(fn, *inputs):
-    from autograder.checks.checkpointing import graph_saved_bytes
+    from autograder.checks.nb06_checkpointing.saved_bytes import graph_saved_bytes
     return graph_saved_bytes(fn(*inputs))
 
 

@@ -516,7 +516,7 @@ def mb_without_b1(params, cache, targets):
 def mb_autograd(params, cache, targets):
     import torch
 
-    from autograder.checks.by_hand import forward
+    from autograder.checks.nb07_by_hand.model import forward
     leaves = {k: v.clone().requires_grad_() for k, v in params.items()}
     loss, _ = forward(leaves, cache["tokens"], targets)
     return dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
@@ -545,7 +545,7 @@ def mb_op_by_op(params, cache, targets):
 # train_by_hand(params, data, steps, lr) --------------------------------------------------------------
 @wrong_("train_by_hand", "climbs: p += lr * grad")
 def tbh_ascends(params, data, steps, lr):
-    from autograder.checks.by_hand import forward
+    from autograder.checks.nb07_by_hand.model import forward
     from mutants.nb07_by_hand import _backward
     losses = []
     for step in range(steps):
@@ -559,7 +559,7 @@ def tbh_ascends(params, data, steps, lr):
 
 @wrong_("train_by_hand", "every step takes the first batch")
 def tbh_first_batch(params, data, steps, lr):
-    from autograder.checks.by_hand import forward
+    from autograder.checks.nb07_by_hand.model import forward
     from mutants.nb07_by_hand import _backward
     losses = []
     for _ in range(steps):
@@ -573,7 +573,7 @@ def tbh_first_batch(params, data, steps, lr):
 
 @wrong_("train_by_hand", "rebinds a loop variable: the parameters never change")
 def tbh_no_update(params, data, steps, lr):
-    from autograder.checks.by_hand import forward
+    from autograder.checks.nb07_by_hand.model import forward
     from mutants.nb07_by_hand import _backward
     losses = []
     for step in range(steps):
@@ -590,7 +590,7 @@ def tbh_no_update(params, data, steps, lr):
 def tbh_update_mid_backward(params, data, steps, lr):
     import torch
 
-    from autograder.checks.by_hand import forward
+    from autograder.checks.nb07_by_hand.model import forward
     from mutants.nb07_by_hand import _backward
     losses = []
     for step in range(steps):
@@ -609,7 +609,7 @@ def tbh_update_mid_backward(params, data, steps, lr):
 
 @wrong_("train_by_hand", "returns the loss tensors, not Python floats")
 def tbh_tensor_losses(params, data, steps, lr):
-    from autograder.checks.by_hand import forward
+    from autograder.checks.nb07_by_hand.model import forward
     from mutants.nb07_by_hand import _backward
     losses = []
     for step in range(steps):
@@ -623,7 +623,7 @@ def tbh_tensor_losses(params, data, steps, lr):
 
 @wrong_("train_by_hand", "records the loss after the update (a second forward pass)")
 def tbh_loss_after_update(params, data, steps, lr):
-    from autograder.checks.by_hand import forward
+    from autograder.checks.nb07_by_hand.model import forward
     from mutants.nb07_by_hand import _backward
     losses = []
     for step in range(steps):
@@ -639,7 +639,7 @@ def tbh_loss_after_update(params, data, steps, lr):
 def tbh_autograd(params, data, steps, lr):
     import torch
 
-    from autograder.checks.by_hand import forward
+    from autograder.checks.nb07_by_hand.model import forward
     losses = []
     for step in range(steps):
         leaves = {k: v.detach().requires_grad_() for k, v in params.items()}
@@ -653,7 +653,7 @@ def tbh_autograd(params, data, steps, lr):
 
 @right_("train_by_hand", "stores new tensors in the dict instead of updating in place")
 def tbh_rebinds_entries(params, data, steps, lr):
-    from autograder.checks.by_hand import forward
+    from autograder.checks.nb07_by_hand.model import forward
     from mutants.nb07_by_hand import _backward
     losses = []
     for step in range(steps):
@@ -669,7 +669,7 @@ def tbh_rebinds_entries(params, data, steps, lr):
 def tbh_sub_alpha(params, data, steps, lr):
     import itertools
 
-    from autograder.checks.by_hand import forward
+    from autograder.checks.nb07_by_hand.model import forward
     from mutants.nb07_by_hand import _backward
     losses = []
     for (tokens, targets), _ in zip(itertools.cycle(data), range(steps)):

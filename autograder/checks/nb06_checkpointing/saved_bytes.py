@@ -1,0 +1,119 @@
+"""The checks of `saved_bytes` and `estimate_activation_bytes`: what backward keeps, counted without hooks.
+
+`saved_bytes` is checked against a count that uses no hooks: the finished graph walked from its outputs,
+every node's saved variables read (`graph_saved_bytes`). The course's own counters (`COUNTERS`) are
+what the exercise rebuilds, so the learner's answer may not call them.
+"""
+import math
+import numbers
+
+import torch
+
+from autograder import checks
+from autograder.checks import GradingError
+from autograder.learner.memory import SavedTensorLedger, measure, saved_values_by_name
+
+
+# --- counting what backward keeps ------------------------------------------------------------------
+def storage_key(t):
+    return (t.device, t.untyped_storage().data_ptr())
+
+
+def storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind `tensors` (a view counts its whole storage, once)."""
+    sizes = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            sizes[storage_key(t)] = t.untyped_storage().nbytes()
+    return sum(sizes.values())
+
+
+def graph_saved_tensors(outputs):
+    """[(node name, attribute, tensor)] for every tensor saved in the graph behind `outputs`,
+    walked with an explicit stack from the outputs' grad_fn through `next_functions`.
+
+    Each node's saved values are read with `autograder.learner.memory.saved_values_by_name` (tuples
+    of tensors are opened). One difference from what pack hooks see: a Python number used as an
+    operand (`x * 2.0`) is saved as a 0-d double or long tensor that autograd never hands to the
+    hooks, and which this count includes; the graded functions use none.
+    """
+    outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    stack = [o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
+    seen, found = set(), []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for name, value in saved_values_by_name(node).items():
+            found += [(type(node).__name__, name, t) for t in (value if isinstance(value, (tuple, list)) else (value,))
+                      if isinstance(t, torch.Tensor)]
+        stack.extend(fn for fn, _ in node.next_functions)
+    return found
+
+
+def graph_saved_bytes(outputs) -> int:
+    """Bytes of the distinct storages saved in the graph behind `outputs`: an independent count
+    of what `saved_tensors_hooks` see, read from the saved variables of every node."""
+    return storage_bytes(t for _, _, t in graph_saved_tensors(outputs))
+
+
+def describe_saved(outputs, limit=12) -> str:
+    """What the graph keeps, one line per saved tensor, for feedback messages."""
+    lines, counted = [], set()
+    for node, name, t in graph_saved_tensors(outputs)[:limit]:
+        key = storage_key(t)
+        note = "" if key not in counted else " (same storage as above: not counted again)"
+        counted.add(key)
+        lines.append(f"    {node} keeps {name}: shape {tuple(t.shape)}, {t.dtype}, "
+                     f"storage {t.untyped_storage().nbytes()} bytes{note}")
+    return "\n".join(lines)
+
+
+# The course's own counters of saved bytes: saved_bytes is where the learner builds one, so its
+# answer may not call them (the notebooks use them everywhere else).
+COUNTERS = (SavedTensorLedger, measure, storage_bytes, graph_saved_tensors, graph_saved_bytes)
+
+
+def check_saved_bytes(exercise, student, fn, args, label, expected=None):
+    """`student(fn, *args)` must equal the bytes of the distinct storages autograd saves while
+    `fn(*args)` runs, counted here from the graph (or `expected`, computed by hand), without
+    calling the course's own COUNTERS."""
+    inputs = {"fn": label, **{f"input {i}": a for i, a in enumerate(args)}}
+    got = checks.call_student(exercise, lambda: student(fn, *args), time_limit=20, forbid=COUNTERS)
+    reference_out = fn(*args)
+    walked = graph_saved_bytes(reference_out)
+    expected = walked if expected is None else expected
+    valid = isinstance(got, numbers.Real) and not isinstance(got, bool) and float(got).is_integer()
+    if not valid:
+        raise GradingError(f"{exercise}: should return a whole number of bytes (an int), got "
+                           f"{checks.describe(got)}\n  on input:\n{checks.describe_inputs(inputs)}")
+    if int(got) != expected:
+        hint = ""
+        if expected and int(got) % expected == 0 and int(got) > expected:
+            hint = ("\n  a multiple of the right count: is a storage saved by two ops, or by one op twice, "
+                    "counted more than once?")
+        raise GradingError(
+            f"{exercise}: counted {int(got)} bytes for {label}; autograd saves {expected} bytes "
+            f"(distinct storages, each storage's full nbytes)\n  on input:\n{checks.describe_inputs(inputs)}\n"
+            f"  what the graph keeps:\n{describe_saved(reference_out) or '    nothing'}{hint}")
+
+
+# --- a number ----------------------------------------------------------------------------------------
+def check_number(exercise, student, args, kwargs, expected, rel_tol=1e-12):
+    """`student(*args, **kwargs)` is a real number equal to `expected` (relative tolerance `rel_tol`)."""
+    names = ["N", "S", "D", "L"][:len(args)] if len(args) <= 4 else [f"arg{i}" for i in range(len(args))]
+    inputs = {**dict(zip(names, args)), **kwargs}
+    got = checks.call_student(exercise, lambda: student(*args, **kwargs))
+    if not isinstance(got, numbers.Real) or isinstance(got, bool):
+        raise GradingError(f"{exercise}: should return a number of bytes, got {checks.describe(got)}\n"
+                           f"  on input:\n{checks.describe_inputs(inputs)}")
+    if not math.isclose(got, expected, rel_tol=rel_tol):
+        ratio = got / expected if expected else float("nan")
+        hint = ""
+        if math.isclose(ratio, 1 / kwargs.get("bytes_per_elem", 2), rel_tol=1e-9):
+            hint = "\n  off by exactly bytes_per_elem: that is a count of values, not of bytes"
+        elif any(math.isclose(ratio, f, rel_tol=1e-9) for f in (1e-9, 2 ** -30, 1e-6, 2 ** -20)):
+            hint = "\n  return bytes, not gigabytes or megabytes"
+        raise GradingError(f"{exercise}: expected {expected:,} bytes, got {got:,} ({ratio:.4g} times the "
+                           f"expected value){hint}\n  on input:\n{checks.describe_inputs(inputs)}")

@@ -1,0 +1,89 @@
+"""What a guarded call's record (`guard.KernelRun`) says about the learner's kernel, in their terms.
+
+The order is the order of severity: a write outside a tensor first (on a GPU it corrupts another
+tensor or crashes the process), then torch maths outside the kernel, the number of launches,
+elements the kernel never wrote, NaN read from outside an input, and last the values themselves.
+"""
+import functools
+
+import torch
+
+from autograder import checks
+from autograder.checks.compare import REORDERED_TOLERANCES, check_meta, fail
+from autograder.checks.nb09_kernels.guard import KernelRun, run_guarded
+
+BLOCK_LIMIT = 4096  # the most elements the notebook lets one block hold: rows wider than that loop
+
+ALLOWED_TORCH = ("torch may only allocate (torch.empty_like, torch.empty, torch.zeros), view (.view, .reshape) "
+                 "and copy (.contiguous()); every computation runs in your Triton kernel")
+
+
+def call_guarded(exercise, fn, inputs, gapped=()):
+    """`fn(*inputs.values())` inside the guard, where `fn` lives (the kernel, in trusted grading)."""
+    names = tuple(inputs)
+    driver = functools.partial(run_guarded, fn, names=names, gapped=tuple(gapped))
+    run = checks.call_student(exercise, driver, *inputs.values(), names=list(names))
+    if not isinstance(run, KernelRun):
+        fail(exercise, f"no readable answer came back from your notebook: {checks.describe(run)}")
+    return run
+
+
+def where_written(name) -> str:
+    if name.startswith("a tensor your code allocated"):
+        return (f"your kernel wrote outside {name}: a store without a mask (mask=offsets < n) writes a whole block, "
+                "past the end of a tensor whose size is not a multiple of BLOCK. Here the memory around it is "
+                "padding the checks put there; in a real program the write lands on other data or crashes")
+    return (f"your kernel wrote outside the input {name} (before, after or between its elements), or into its "
+            "gaps: a kernel stores only into the output it allocated, and only under a mask")
+
+
+def check_rules(exercise, run, shown, *, launches, why):
+    """The kernel-side rules: nothing written outside a tensor, inputs unchanged, no torch maths
+    outside the kernel, a number of launches in `launches` (min, max); `why` says why that many."""
+    if run.wrote_outside:
+        fail(exercise, where_written(run.wrote_outside[0]), shown)
+    if run.changed:
+        fail(exercise, f"changed the input {run.changed[0]} in place: a kernel reads its inputs and stores into "
+                       "the output your function allocated", shown)
+    if run.refused is not None:
+        fail(exercise, f"computes with torch ({run.refused}) outside your kernel: in {exercise}, {ALLOWED_TORCH}",
+             shown)
+    if run.largest_block is not None and run.largest_block[1] > BLOCK_LIMIT:
+        name, value = run.largest_block
+        fail(exercise, f"launched a kernel with {name} = {value}: a block holds at most {BLOCK_LIMIT} elements here "
+                       "(a program's registers are finite; on a GPU a block that large spills or fails to compile). "
+                       "Loop over the elements a block at a time inside the program, or launch more programs", shown)
+    low, high = launches
+    if run.launches < low:
+        fail(exercise, "launched no Triton kernel: compute in a @triton.jit kernel of yours, launched as "
+                       "kernel[grid](...)", shown)
+    if run.launches > high:
+        fail(exercise, f"launched {run.launches} Triton kernels; {why}", shown)
+
+
+def check_tensor(exercise, run, position, got, expected, shown, name):
+    """One returned tensor: its type, shape, dtype and device, then elements the kernel never wrote,
+    NaN from memory outside an input, and its values."""
+    check_meta(exercise, name, got, expected, shown)
+    left = run.unwritten.get(position)
+    if left:
+        count, total, first = left
+        fail(exercise, f"{count} of {total} elements of {name} were never written by your kernel (they still hold "
+                       f"what torch.empty left there), the first at flat index {first}", shown,
+             "  does every program handle its own block (offsets from tl.program_id(0) * BLOCK), and does the grid "
+             "cover every element (triton.cdiv(n, BLOCK) programs, or one per row)?")
+    nan = torch.isnan(got) & ~torch.isnan(expected)
+    if nan.any():
+        first = int(nan.flatten().nonzero()[0])
+        fail(exercise, f"{name} has NaN where PyTorch has none, first at flat index {first}", shown,
+             "  while the checks run, the memory around and between your inputs' elements holds NaN: a NaN here "
+             "usually means your kernel loaded outside an input (a tl.load without mask=offsets < n, a mask that "
+             "lets lanes past the end through, or offsets that ignore a strided input's strides); otherwise look "
+             "for exp of a large number (inf / inf)")
+    rtol, atol = REORDERED_TOLERANCES.get(expected.dtype, (None, None))
+    checks.expect_close(exercise, got, expected, inputs=shown, names=[name], rtol=rtol, atol=atol)
+
+
+def launches_for(t, count):
+    """(min, max) launches for an input: `count`, or at most that many for an empty one."""
+    return (0, count) if t.numel() == 0 else (count, count)
