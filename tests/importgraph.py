@@ -5,6 +5,10 @@ Every import statement counts, at module level or inside a function, and so do
 names the module it loads: `from autograder.checks import compare` is an edge to
 `autograder.checks.compare`, `from autograder.checks import expect_close` one to the package
 `autograder.checks`. Parent packages that Python runs on the way are not edges of their own.
+
+`private_uses` finds where one module reaches a private name (`_name`) of another: imported
+(`from autograder.checks.compare import _check_meta`) or read through a module it imported
+(`student_calls._TimeLimit`).
 """
 import ast
 import dataclasses
@@ -171,3 +175,48 @@ def cycle_path(component, edges) -> list:
                     following.append(edge.target)
         frontier = following
     return []
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivateUse:
+    source: str   # the module that reaches the name
+    target: str   # the module that defines it
+    name: str
+    line: int
+    path: str
+
+    def __str__(self):
+        return f"{self.path}:{self.line}: {self.source} uses {self.target}.{self.name}"
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_uses(base=ROOT, package=PACKAGE) -> list:
+    """Every private name of one module of `package` that another imports, or reads as an attribute of a
+    module it imported (`import a.b as m; m._x`, `from a import b; b._x`), in file order."""
+    found = modules(base, package)
+    uses = []
+    for module, path in found.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        is_package = path.name == "__init__.py"
+        bound = {}  # local name -> module of the tree it names
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname and alias.name in found:
+                        bound[alias.asname] = alias.name
+            elif isinstance(node, ast.ImportFrom):
+                origin = _absolute(module, is_package, node.level, node.module)
+                for alias in node.names:
+                    if f"{origin}.{alias.name}" in found:
+                        bound[alias.asname or alias.name] = f"{origin}.{alias.name}"
+                    elif origin in found and origin != module and is_private(alias.name):
+                        uses.append(PrivateUse(module, origin, alias.name, node.lineno, str(path.relative_to(base))))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and is_private(node.attr) and isinstance(node.value, ast.Name)
+                    and bound.get(node.value.id, module) != module):
+                target = bound[node.value.id]
+                uses.append(PrivateUse(module, target, node.attr, node.lineno, str(path.relative_to(base))))
+    return sorted(uses, key=lambda u: (u.path, u.line))
