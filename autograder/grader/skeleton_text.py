@@ -171,8 +171,6 @@ The reference is autograd's vector-Jacobian product, computed in the grader, nev
 hold no answer. The learner's function runs through `checks.check_cases` with autograd refused (the exercise
 is by hand: `autograder/grader/judge.py`'s RULES hold the same rule on the source).
 """
-import contextlib
-
 import torch
 
 from autograder import checks
@@ -204,7 +202,7 @@ def reference_cube_backward(x, grad_out):
 def check_cube_backward(exercise, fn, cases, stress=None):
     """`fn(x, grad_out)` against autograd on every case, autograd refused inside `fn`; `stress` names the
     battery's stress the cases were built with, so that a failure says which input broke the answer."""
-    with battery.trying(exercise, stress, what="grad_out") if stress else contextlib.nullcontext():
+    with battery.stressed(exercise, stress, what="grad_out"):
         checks.check_cases(exercise, fn, reference_cube_backward, cases, no_autograd=True)
 '''
 
