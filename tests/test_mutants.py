@@ -1,5 +1,6 @@
 """Every grader rejects the bugs learners write and accepts correct answers written differently."""
 import ast
+import importlib
 import inspect
 import textwrap
 
@@ -7,6 +8,7 @@ import course
 import mutants
 import mutation
 import pytest
+import torch
 
 from autograder.checks import GradingError
 
@@ -117,3 +119,59 @@ def test_alternative_correct_implementation_is_accepted(case, mode):
     notebook, name, _, label, fn = case
     results = mutation.run_grade_cells(notebook, name, fn, trusted_mode=mode == "trusted")
     assert results and all(err is None for err in results.values()), (label, results)
+
+
+def call_nb09_entry(name, fn):
+    """`fn`, an entry of 09 for `name`, called once on small inputs (a Function: apply, then backward). 1024
+    elements and rows of 64: a multiple of every block its kernels use, so those without a mask stay inside."""
+    torch.manual_seed(0)
+    s, g = torch.randn(1024), torch.randn(1024)
+    x, weight, grad = torch.randn(3, 64), torch.randn(64), torch.randn(3, 64)
+    calls = {"silu_forward": lambda: fn(s), "silu_backward": lambda: fn(s, g),
+             "TritonSiLU": lambda: fn.apply(s.requires_grad_()).backward(g),
+             "rmsnorm_forward": lambda: fn(x, weight, 1e-6),
+             "rmsnorm_backward": lambda: fn(grad, x, weight, torch.rsqrt(x.pow(2).mean(1) + 1e-6)),
+             "TritonRMSNorm": lambda: fn.apply(x.requires_grad_(), weight.requires_grad_(), 1e-6).backward(grad)}
+    calls[name]()
+
+
+def test_09_entries_plant_each_bug_in_its_own_kernel_only(monkeypatch):
+    """09's switch kernels each take their own bugs (tests/mutants/nb09_kernels.py); a bug of another kernel
+    would compile the right kernel under a wrong entry's name. Each entry runs once as it is (its launchers'
+    checks recorded: none may refuse it), and each that plants a bug runs again with every bug constant
+    swapped for one of the next kernel's: its launcher must refuse that. Every bug is planted by some entry."""
+    kernels = importlib.import_module("mutants.nb09_kernels")
+    sets = {name: bugs for name, bugs in vars(kernels).items() if name.endswith("_BUGS")}
+    values = [bug.value for bugs in sets.values() for bug in bugs]
+    assert sets and len(values) == len(set(values)), "two kernels' bugs share a value: each passes the other's check"
+    order = list(sets)
+    foreign = {order[i - 1]: sets[name][0] for i, name in enumerate(order)}  # one of the next kernel's bugs
+    misrouted = {constant: foreign[name] for constant, value in vars(kernels).items()
+                 for name, bugs in sets.items() if any(value is bug for bug in bugs)}
+    own, planted = kernels._own, []
+    monkeypatch.setattr(kernels, "_own", lambda bugs, bug: planted.append(bug) or own(bugs, bug))
+
+    def refusal(name, fn):
+        try:
+            call_nb09_entry(name, fn)
+        except kernels.MisroutedBug as err:
+            return err
+        except Exception:  # a wrong entry may fail on its own: only a refused bug matters here
+            pass
+        return None
+
+    refused, accepted, used = [], [], set()
+    for _, name, _, label, fn in (case for case in CASES if case[0] == "09_kernels"):
+        planted.clear()
+        if refusal(name, fn):
+            refused.append(label)
+        if any(bug is not None for bug in planted):
+            used |= {bug.value for bug in planted if bug is not None}
+            with monkeypatch.context() as patched:
+                for constant, bug in misrouted.items():
+                    patched.setattr(kernels, constant, bug)
+                if not refusal(name, fn):
+                    accepted.append(label)
+    assert refused == [], "entries whose launchers refused their own bugs"
+    assert accepted == [], "entries that launched another kernel's bug without a refusal"
+    assert set(values) - used == set(), "bugs no entry plants"

@@ -8,9 +8,15 @@ wrong entry of `TritonRMSNorm` (the first graded name in sorted order) launches 
 the notebook's `rmsnorm_forward` and `rmsnorm_backward` (here, the correct ones defined below), so the
 nbgrader end-to-end test can paste it beside a perfect submission's functions.
 
-The SiLU and RMSNorm kernels take a `VARIANT` switch (a `tl.constexpr`, so each value compiles a kernel
-of its own): CORRECT is the right kernel; a wrong entry turns on the one bug it is about, a right entry
-may pick another correct way to write it. A comment at each switch says what it changes.
+Most bugs are planted through a switch. Each of the kernels `_silu_fwd`, `_silu_bwd`, `_rms_fwd` and
+`_rms_bwd` takes `BUG` (a `tl.constexpr`, so each value compiles a kernel of its own), whose values are
+that kernel's own constants, defined above it and named after it (`SILU_FWD_NO_MASK`, ..., listed in
+`SILU_FWD_BUGS`); without `BUG` it is the right kernel. A comment at each switch says what it changes.
+Each kernel is launched with a bug only through its launcher (`_silu`, `_silu_grad`, `_rms_forward`,
+`_rms_grad_x`), which refuses another kernel's bug (`MisroutedBug`): no line of this kernel would match
+it, so it would compile the right kernel under a wrong entry's name (tests/test_mutants.py misroutes
+every entry's bugs to prove it). A few entries are written out whole, as learners write them: a kernel
+of their own above the function that launches it, with the bug in place.
 
 Some kernels here read and write past their tensors (no mask): Triton's interpreter does not fault on
 that, it corrupts memory. Launch them only through the checks, which hand out sentinel-padded buffers.
@@ -33,31 +39,16 @@ right_ = functools.partial(right, NB)
 
 BLOCK_LIMIT = 4096  # the notebook's rule: a block holds at most this many elements
 
-# The values of VARIANT (constexpr globals: a kernel may read no other kind).
-CORRECT = tl.constexpr(0)
-# bugs
-NO_MASK = tl.constexpr(1)
-NO_PROGRAM_ID = tl.constexpr(2)
-UNSTABLE_SIGMOID = tl.constexpr(3)
-FLOAT32_MATHS = tl.constexpr(4)
-NO_PRODUCT_RULE = tl.constexpr(5)
-SIGMOID_DERIVATIVE = tl.constexpr(6)
-NO_GRAD_OUT = tl.constexpr(7)
-OTHER_ONE = tl.constexpr(8)
-CENTRED = tl.constexpr(9)
-EPS_OUTSIDE = tl.constexpr(10)
-NO_EPS = tl.constexpr(11)
-ONE_BLOCK = tl.constexpr(12)
-MEAN_OVER_BLOCK = tl.constexpr(13)
-NO_WEIGHT = tl.constexpr(14)
-STORE_AT_X_OFFSETS = tl.constexpr(15)
-NO_MEAN_TERM = tl.constexpr(16)
-RSTD_ONCE = tl.constexpr(17)
-WEIGHT_WITHOUT_RSTD = tl.constexpr(18)
-# other correct ways
-FORMULA = tl.constexpr(19)
-TWO_BRANCH = tl.constexpr(20)
-FROM_Y = tl.constexpr(21)
+
+class MisroutedBug(ValueError):
+    """A launcher was handed a bug of another kernel, which its kernel would ignore."""
+
+
+def _own(bugs, bug):
+    """`bug` where it is None (the right kernel) or one of `bugs`, the launched kernel's own."""
+    if bug is None or bug.value in [own.value for own in bugs]:
+        return bug
+    raise MisroutedBug(f"{bug.value!r} is no bug of this kernel, whose bugs are {[own.value for own in bugs]}")
 
 
 def _blocks(n, block):
@@ -69,28 +60,97 @@ def _accumulator(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _launch(kernel, *tensors, out, block=1024, **constexprs):
+    """`kernel(*tensors, out, n, BLOCK=block)` over the tensors as they are, one program per block of `out`."""
+    if out.numel():
+        kernel[_blocks(out.numel(), block)](*tensors, out, out.numel(), BLOCK=block, **constexprs)
+    return out
+
+
+def _elementwise(kernel, *tensors, block=1024, **constexprs):
+    """Launch `kernel` over contiguous copies of `tensors`; the output is like the first."""
+    tensors = [t.contiguous() for t in tensors]
+    return _launch(kernel, *tensors, out=torch.empty_like(tensors[0]), block=block, **constexprs)
+
+
 # SiLU kernels --------------------------------------------------------------------------------------------
-@triton.jit
-def _block_start(BLOCK: tl.constexpr, VARIANT: tl.constexpr):
-    """The first offset of this program's block."""
-    if VARIANT == NO_PROGRAM_ID:
-        return 0  # bug: every program computes the first block
-    return tl.program_id(0) * BLOCK
+# _silu_fwd's bugs (constexpr globals: a kernel may read no other kind)
+SILU_FWD_NO_MASK = tl.constexpr("_silu_fwd: no mask")
+SILU_FWD_NO_PROGRAM_ID = tl.constexpr("_silu_fwd: no program id")
+SILU_FWD_UNSTABLE_SIGMOID = tl.constexpr("_silu_fwd: unstable sigmoid")
+SILU_FWD_FLOAT32_MATHS = tl.constexpr("_silu_fwd: float32 maths")
+SILU_FWD_BUGS = (SILU_FWD_NO_MASK, SILU_FWD_NO_PROGRAM_ID, SILU_FWD_UNSTABLE_SIGMOID, SILU_FWD_FLOAT32_MATHS)
 
 
 @triton.jit
-def _load(ptr, offs, mask, VARIANT: tl.constexpr):
-    if VARIANT == NO_MASK:
-        return tl.load(ptr + offs)  # bug: no mask, the last block reads past the tensor
-    return tl.load(ptr + offs, mask=mask)
-
-
-@triton.jit
-def _store(ptr, offs, value, mask, VARIANT: tl.constexpr):
-    if VARIANT == NO_MASK:
-        tl.store(ptr + offs, value)  # bug: no mask, the last block writes past the tensor
+def _silu_fwd(x_ptr, y_ptr, n, BLOCK: tl.constexpr, BUG: tl.constexpr = None):
+    """y = x * sigmoid(x) on this program's block; BUG: one of SILU_FWD_BUGS."""
+    pid = tl.program_id(0)
+    if BUG == SILU_FWD_NO_PROGRAM_ID:
+        pid = 0  # bug: every program computes the first block
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    if BUG == SILU_FWD_NO_MASK:
+        x = tl.load(x_ptr + offs)  # bug: no mask, the last block reads past the tensor
     else:
-        tl.store(ptr + offs, value, mask=mask)
+        x = tl.load(x_ptr + offs, mask=mask)
+    if BUG == SILU_FWD_FLOAT32_MATHS:
+        x = x.to(tl.float32)  # bug: float64 inputs lose their precision
+    s = tl.sigmoid(x)
+    if BUG == SILU_FWD_UNSTABLE_SIGMOID:
+        s = tl.exp(x) / (1 + tl.exp(x))  # bug: inf / inf = NaN for large x
+    if BUG == SILU_FWD_NO_MASK:
+        tl.store(y_ptr + offs, x * s)  # bug: and writes past it
+    else:
+        tl.store(y_ptr + offs, x * s, mask=mask)
+
+
+def _silu(x, block=1024, bug=None):
+    """silu(x) by one launch of _silu_fwd; `bug`: one of SILU_FWD_BUGS."""
+    return _elementwise(_silu_fwd, x, block=block, BUG=_own(SILU_FWD_BUGS, bug))
+
+
+# _silu_bwd's bugs
+SILU_BWD_NO_MASK = tl.constexpr("_silu_bwd: no mask")
+SILU_BWD_UNSTABLE_SIGMOID = tl.constexpr("_silu_bwd: unstable sigmoid")
+SILU_BWD_NO_PRODUCT_RULE = tl.constexpr("_silu_bwd: no product rule")
+SILU_BWD_SIGMOID_DERIVATIVE = tl.constexpr("_silu_bwd: sigmoid derivative")
+SILU_BWD_NO_GRAD_OUT = tl.constexpr("_silu_bwd: no grad_out")
+SILU_BWD_BUGS = (SILU_BWD_NO_MASK, SILU_BWD_UNSTABLE_SIGMOID, SILU_BWD_NO_PRODUCT_RULE, SILU_BWD_SIGMOID_DERIVATIVE,
+                 SILU_BWD_NO_GRAD_OUT)
+
+
+@triton.jit
+def _silu_bwd(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr, BUG: tl.constexpr = None):
+    """dx = g * silu'(x) on this program's block; BUG: one of SILU_BWD_BUGS."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    if BUG == SILU_BWD_NO_MASK:
+        x = tl.load(x_ptr + offs)  # bug: no mask, the last block reads past the tensors
+        g = tl.load(g_ptr + offs)
+    else:
+        x = tl.load(x_ptr + offs, mask=mask)
+        g = tl.load(g_ptr + offs, mask=mask)
+    s = tl.sigmoid(x)
+    if BUG == SILU_BWD_UNSTABLE_SIGMOID:
+        s = tl.exp(x) / (1 + tl.exp(x))  # bug: inf / inf = NaN for large x
+    ds = s * (1 + x * (1 - s))  # silu'(x)
+    if BUG == SILU_BWD_NO_PRODUCT_RULE:
+        ds = s  # bug: no product rule, s taken as a constant
+    if BUG == SILU_BWD_SIGMOID_DERIVATIVE:
+        ds = s * (1 - s)  # bug: differentiates the sigmoid alone
+    dx = g * ds
+    if BUG == SILU_BWD_NO_GRAD_OUT:
+        dx = ds  # bug: forgets grad_out
+    if BUG == SILU_BWD_NO_MASK:
+        tl.store(dx_ptr + offs, dx)  # bug: and writes past dx
+    else:
+        tl.store(dx_ptr + offs, dx, mask=mask)
+
+
+def _silu_grad(x, grad_out, block=1024, bug=None):
+    """grad_out * silu'(x) by one launch of _silu_bwd; `bug`: one of SILU_BWD_BUGS."""
+    return _elementwise(_silu_bwd, x, grad_out, block=block, BUG=_own(SILU_BWD_BUGS, bug))
 
 
 @triton.jit
@@ -100,46 +160,23 @@ def _stable_sigmoid(x):
 
 
 @triton.jit
-def _sigmoid_of(x, VARIANT: tl.constexpr):
-    if VARIANT == UNSTABLE_SIGMOID:
-        e = tl.exp(x)
-        return e / (1 + e)  # bug: inf / inf = NaN for large x
-    if VARIANT == TWO_BRANCH or VARIANT == FROM_Y:
-        return _stable_sigmoid(x)  # right: the two-branch sigmoid, from exp(-|x|)
-    return tl.sigmoid(x)
+def _silu_fwd_two_branch(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    """y = x * sigmoid(x), the sigmoid in two branches from exp(-|x|)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, x * _stable_sigmoid(x), mask=mask)
 
 
 @triton.jit
-def _silu_fwd(x_ptr, y_ptr, n, BLOCK: tl.constexpr, VARIANT: tl.constexpr = CORRECT):
-    offs = _block_start(BLOCK, VARIANT) + tl.arange(0, BLOCK)
+def _silu_bwd_from_y(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+    """dx = g * (s + y (1 - s)) with y = x s: silu' written from y, the sigmoid in two branches."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    x = _load(x_ptr, offs, mask, VARIANT)
-    if VARIANT == FLOAT32_MATHS:
-        x = x.to(tl.float32)  # bug: float64 inputs lose their precision
-    if VARIANT == FORMULA:
-        y = x / (1 + tl.exp(-x))  # right: exp(-x) = inf for very negative x, and x / inf = 0
-    else:
-        y = x * _sigmoid_of(x, VARIANT)
-    _store(y_ptr, offs, y, mask, VARIANT)
+    x = tl.load(x_ptr + offs, mask=mask)
+    s = _stable_sigmoid(x)
+    tl.store(dx_ptr + offs, tl.load(g_ptr + offs, mask=mask) * (s + x * s * (1 - s)), mask=mask)
 
-
-@triton.jit
-def _silu_bwd(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr, VARIANT: tl.constexpr = CORRECT):
-    offs = _block_start(BLOCK, VARIANT) + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = _load(x_ptr, offs, mask, VARIANT)
-    s = _sigmoid_of(x, VARIANT)
-    ds = s * (1 + x * (1 - s))  # silu'(x)
-    if VARIANT == FROM_Y:
-        ds = s + x * s * (1 - s)  # right: silu' = s + y (1 - s), with y = x s
-    if VARIANT == NO_PRODUCT_RULE:
-        ds = s  # bug: no product rule, s taken as a constant
-    if VARIANT == SIGMOID_DERIVATIVE:
-        ds = s * (1 - s)  # bug: differentiates the sigmoid alone
-    dx = _load(g_ptr, offs, mask, VARIANT) * ds
-    if VARIANT == NO_GRAD_OUT:
-        dx = ds  # bug: forgets grad_out
-    _store(dx_ptr, offs, dx, mask, VARIANT)
 
 
 @triton.jit
@@ -189,41 +226,20 @@ def _silu_bwd_given_sigmoid(x_ptr, s_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr)
     tl.store(dx_ptr + offs, tl.load(g_ptr + offs, mask=mask) * s * (1 + x * (1 - s)), mask=mask)
 
 
-def _launch(kernel, *tensors, out, block=1024, **switches):
-    """`kernel(*tensors, out, n, BLOCK=block)` over the tensors as they are, one program per block of `out`."""
-    if out.numel():
-        kernel[_blocks(out.numel(), block)](*tensors, out, out.numel(), BLOCK=block, **switches)
-    return out
-
-
-def _elementwise(kernel, *tensors, block=1024, **switches):
-    """Launch `kernel` over contiguous copies of `tensors`; the output is like the first."""
-    tensors = [t.contiguous() for t in tensors]
-    return _launch(kernel, *tensors, out=torch.empty_like(tensors[0]), block=block, **switches)
-
-
-def _silu(x):
-    return _elementwise(_silu_fwd, x)
-
-
-def _silu_grad(x, grad_out):
-    return _elementwise(_silu_bwd, x, grad_out)
-
-
 # silu_forward(x) -----------------------------------------------------------------------------------------
 @wrong_("silu_forward", "loads and stores without a mask: the last block reads and writes past the tensor")
 def silu_forward_no_mask(x):
-    return _elementwise(_silu_fwd, x, VARIANT=NO_MASK)
+    return _silu(x, bug=SILU_FWD_NO_MASK)
 
 
 @wrong_("silu_forward", "offsets without the program id: every program computes the first block")
 def silu_forward_no_program_id(x):
-    return _elementwise(_silu_fwd, x, VARIANT=NO_PROGRAM_ID)
+    return _silu(x, bug=SILU_FWD_NO_PROGRAM_ID)
 
 
 @wrong_("silu_forward", "sigmoid as exp(x) / (1 + exp(x)): inf / inf = NaN for large x", says="special points")
 def silu_forward_unstable_sigmoid(x):
-    return _elementwise(_silu_fwd, x, VARIANT=UNSTABLE_SIGMOID)
+    return _silu(x, bug=SILU_FWD_UNSTABLE_SIGMOID)
 
 
 @wrong_("silu_forward", "no kernel: x * torch.sigmoid(x)")
@@ -270,12 +286,12 @@ def silu_forward_in_place(x):
 
 @wrong_("silu_forward", "BLOCK = 1000: tl.arange needs a power of two")
 def silu_forward_block_1000(x):
-    return _elementwise(_silu_fwd, x, block=1000)
+    return _silu(x, block=1000)
 
 
 @wrong_("silu_forward", "computes in float32 (x.to(tl.float32)): float64 inputs lose their precision")
 def silu_forward_float32_maths(x):
-    return _elementwise(_silu_fwd, x, VARIANT=FLOAT32_MATHS)
+    return _silu(x, bug=SILU_FWD_FLOAT32_MATHS)
 
 
 @wrong_("silu_forward", "one program with BLOCK = next_power_of_2(n): a block past BLOCK_LIMIT")
@@ -289,17 +305,33 @@ def silu_forward_one_program(x):
 
 @right_("silu_forward", "tl.sigmoid, blocks of 256")
 def silu_forward_block_256(x):
-    return _elementwise(_silu_fwd, x, block=256)
+    return _silu(x, block=256)
 
 
-@right_("silu_forward", "x / (1 + exp(-x)) written out: exp(-x) overflows to inf for very negative x, and x / inf = 0")
+@triton.jit
+def silu_formula_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = x / (1 + tl.exp(-x))  # exp(-x) is inf for very negative x, and x / inf = 0
+    tl.store(y_ptr + offsets, y, mask=mask)
+
+
+@right_("silu_forward", "written out: x / (1 + exp(-x)), where exp(-x) overflows to inf for very negative x, and "
+                        "x / inf = 0")
 def silu_forward_formula(x):
-    return _elementwise(_silu_fwd, x, VARIANT=FORMULA)
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    BLOCK = 1024
+    silu_formula_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
+    return y
 
 
 @right_("silu_forward", "a stable two-branch sigmoid from exp(-|x|)")
 def silu_forward_two_branch(x):
-    return _elementwise(_silu_fwd, x, block=512, VARIANT=TWO_BRANCH)
+    return _elementwise(_silu_fwd_two_branch, x, block=512)
 
 
 @right_("silu_forward", "reads x through its strides (up to 4 dims) instead of copying it")
@@ -317,27 +349,27 @@ def silu_forward_strided(x):
 # silu_backward(x, grad_out) ------------------------------------------------------------------------------
 @wrong_("silu_backward", "drops the product rule: grad_out * sigmoid(x)")
 def silu_backward_no_product_rule(x, grad_out):
-    return _elementwise(_silu_bwd, x, grad_out, VARIANT=NO_PRODUCT_RULE)
+    return _silu_grad(x, grad_out, bug=SILU_BWD_NO_PRODUCT_RULE)
 
 
 @wrong_("silu_backward", "the derivative of the sigmoid alone: grad_out * s (1 - s)")
 def silu_backward_sigmoid_derivative(x, grad_out):
-    return _elementwise(_silu_bwd, x, grad_out, VARIANT=SIGMOID_DERIVATIVE)
+    return _silu_grad(x, grad_out, bug=SILU_BWD_SIGMOID_DERIVATIVE)
 
 
 @wrong_("silu_backward", "forgets grad_out: returns silu'(x)")
 def silu_backward_no_grad_out(x, grad_out):
-    return _elementwise(_silu_bwd, x, grad_out, VARIANT=NO_GRAD_OUT)
+    return _silu_grad(x, grad_out, bug=SILU_BWD_NO_GRAD_OUT)
 
 
 @wrong_("silu_backward", "sigmoid as exp(x) / (1 + exp(x)): NaN for large x", says="special points")
 def silu_backward_unstable_sigmoid(x, grad_out):
-    return _elementwise(_silu_bwd, x, grad_out, VARIANT=UNSTABLE_SIGMOID)
+    return _silu_grad(x, grad_out, bug=SILU_BWD_UNSTABLE_SIGMOID)
 
 
 @wrong_("silu_backward", "loads and stores without a mask")
 def silu_backward_no_mask(x, grad_out):
-    return _elementwise(_silu_bwd, x, grad_out, VARIANT=NO_MASK)
+    return _silu_grad(x, grad_out, bug=SILU_BWD_NO_MASK)
 
 
 @wrong_("silu_backward", "no kernel: asks autograd for the derivative of F.silu")
@@ -362,12 +394,12 @@ def silu_backward_ignores_strides(x, grad_out):
 
 @right_("silu_backward", "s + y (1 - s) with y = x s, a stable two-branch sigmoid, blocks of 512")
 def silu_backward_from_y(x, grad_out):
-    return _elementwise(_silu_bwd, x, grad_out, block=512, VARIANT=FROM_Y)
+    return _elementwise(_silu_bwd_from_y, x, grad_out, block=512)
 
 
 @right_("silu_backward", "s (1 + x (1 - s)) with tl.sigmoid, blocks of 128")
 def silu_backward_block_128(x, grad_out):
-    return _elementwise(_silu_bwd, x, grad_out, block=128)
+    return _silu_grad(x, grad_out, block=128)
 
 
 # TritonSiLU ----------------------------------------------------------------------------------------------
@@ -432,7 +464,7 @@ class TritonSiLUNoGradOut(_TritonSiLUBase):
     @staticmethod
     def backward(ctx, grad_out):
         (x,) = ctx.saved_tensors
-        return _elementwise(_silu_bwd, x, grad_out, VARIANT=NO_GRAD_OUT)
+        return _silu_grad(x, grad_out, bug=SILU_BWD_NO_GRAD_OUT)
 
 
 @right_("TritonSiLU", "saves x; the strided forward kernel, the y-based backward kernel")
@@ -453,60 +485,74 @@ class TritonSiLUBlocks(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
-        return _elementwise(_silu_fwd, x, block=256)
+        return _silu(x, block=256)
 
     @staticmethod
     def backward(ctx, grad_out):
         (x,) = ctx.saved_tensors
-        return _elementwise(_silu_bwd, x, grad_out, block=256)
+        return _silu_grad(x, grad_out, block=256)
 
 
 # RMSNorm forward kernels: one program per row ------------------------------------------------------------
+# _rms_fwd's bugs
+RMS_FWD_NO_PROGRAM_ID = tl.constexpr("_rms_fwd: no program id")
+RMS_FWD_ONE_BLOCK = tl.constexpr("_rms_fwd: one block")
+RMS_FWD_CENTRED = tl.constexpr("_rms_fwd: centred")
+RMS_FWD_OTHER_ONE = tl.constexpr("_rms_fwd: other=1.0")
+RMS_FWD_MEAN_OVER_BLOCK = tl.constexpr("_rms_fwd: mean over the block")
+RMS_FWD_EPS_OUTSIDE = tl.constexpr("_rms_fwd: eps outside the square root")
+RMS_FWD_NO_EPS = tl.constexpr("_rms_fwd: no eps")
+RMS_FWD_NO_WEIGHT = tl.constexpr("_rms_fwd: no weight")
+RMS_FWD_STORE_AT_X_OFFSETS = tl.constexpr("_rms_fwd: stores at x's offsets")
+RMS_FWD_BUGS = (RMS_FWD_NO_PROGRAM_ID, RMS_FWD_ONE_BLOCK, RMS_FWD_CENTRED, RMS_FWD_OTHER_ONE, RMS_FWD_MEAN_OVER_BLOCK,
+                RMS_FWD_EPS_OUTSIDE, RMS_FWD_NO_EPS, RMS_FWD_NO_WEIGHT, RMS_FWD_STORE_AT_X_OFFSETS)
+
+
 @triton.jit
 def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK: tl.constexpr,
-             VARIANT: tl.constexpr = CORRECT):
+             BUG: tl.constexpr = None):
     """rstd = 1 / sqrt(mean(x^2) + eps) of the program's row, read through its strides, and y = x * rstd * w,
-    contiguous; a loop over column blocks."""
+    contiguous; a loop over column blocks. BUG: one of RMS_FWD_BUGS."""
     row = tl.program_id(0)
-    if VARIANT == NO_PROGRAM_ID:
+    if BUG == RMS_FWD_NO_PROGRAM_ID:
         row = 0  # bug: every program normalises the first row
     end = cols
-    if VARIANT == ONE_BLOCK:
+    if BUG == RMS_FWD_ONE_BLOCK:
         end = BLOCK  # bug: no loop, columns past the first block are neither counted nor written
     x_row = x_ptr + row * stride_r
-    if VARIANT == CENTRED:  # bug: LayerNorm's statistic, the variance about the row's mean
+    if BUG == RMS_FWD_CENTRED:  # bug: LayerNorm's statistic, the variance about the row's mean
         total = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
         for start in range(0, end, BLOCK):
             c = start + tl.arange(0, BLOCK)
             total += tl.load(x_row + c * stride_c, mask=c < cols, other=0.0)
         mean = tl.sum(total) / cols
     pad = 0.0
-    if VARIANT == OTHER_ONE:
+    if BUG == RMS_FWD_OTHER_ONE:
         pad = 1.0  # bug: each padding lane adds 1 to the sum of squares
     acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
     for start in range(0, end, BLOCK):
         c = start + tl.arange(0, BLOCK)
         x = tl.load(x_row + c * stride_c, mask=c < cols, other=pad)
-        if VARIANT == CENTRED:
+        if BUG == RMS_FWD_CENTRED:
             x = tl.where(c < cols, x - mean, 0.0)
         acc += x * x
     count = cols
-    if VARIANT == MEAN_OVER_BLOCK:
+    if BUG == RMS_FWD_MEAN_OVER_BLOCK:
         count = BLOCK  # bug: divides by BLOCK, not by the number of columns
     rstd = 1 / tl.sqrt(tl.sum(acc) / count + eps)
-    if VARIANT == EPS_OUTSIDE:
+    if BUG == RMS_FWD_EPS_OUTSIDE:
         rstd = 1 / (tl.sqrt(tl.sum(acc) / count) + eps)  # bug: eps outside the square root
-    if VARIANT == NO_EPS:
+    if BUG == RMS_FWD_NO_EPS:
         rstd = 1 / tl.sqrt(tl.sum(acc) / count)  # bug: forgets eps
     tl.store(rstd_ptr + row, rstd)
     for start in range(0, end, BLOCK):
         c = start + tl.arange(0, BLOCK)
         x = tl.load(x_row + c * stride_c, mask=c < cols)
         y = x * rstd * tl.load(w_ptr + c, mask=c < cols)
-        if VARIANT == NO_WEIGHT:
+        if BUG == RMS_FWD_NO_WEIGHT:
             y = x * rstd  # bug: forgets the weight
         y_offsets = row * cols + c
-        if VARIANT == STORE_AT_X_OFFSETS:
+        if BUG == RMS_FWD_STORE_AT_X_OFFSETS:
             y_offsets = row * stride_r + c * stride_c  # bug: right for a contiguous x, past y for a strided one
         tl.store(y_ptr + y_offsets, y, mask=c < cols)
 
@@ -522,33 +568,34 @@ def _rms_apply(x_ptr, w_ptr, rstd_ptr, y_ptr, cols, BLOCK: tl.constexpr):
         tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
 
 
-def _rms_forward(x, weight, eps, block=256, contiguous=True, rstd=None, strides=None, **switches):
+def _rms_forward(x, weight, eps, block=256, contiguous=True, rstd=None, strides=None, bug=None):
     """Launch _rms_fwd, one program per row; `rstd`: the buffer to fill (default: (rows,), x's dtype);
-    `strides`: the ones the kernel is told instead of x's."""
+    `strides`: the ones the kernel is told instead of x's; `bug`: one of RMS_FWD_BUGS."""
     if contiguous:
         x = x.contiguous()
     rows, cols = x.shape
     y = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
     rstd = torch.empty(rows, dtype=x.dtype, device=x.device) if rstd is None else rstd
     if rows:
-        _rms_fwd[(rows,)](x, weight, y, rstd, cols, *(strides or x.stride()), eps, BLOCK=block, **switches)
+        _rms_fwd[(rows,)](x, weight, y, rstd, cols, *(strides or x.stride()), eps, BLOCK=block,
+                          BUG=_own(RMS_FWD_BUGS, bug))
     return y, rstd
 
 
 # rmsnorm_forward(x, weight, eps) -------------------------------------------------------------------------
 @wrong_("rmsnorm_forward", "other=1.0 in the masked load of the sum of squares: each padding lane adds 1")
 def rmsnorm_forward_other_one(x, weight, eps):
-    return _rms_forward(x, weight, eps, VARIANT=OTHER_ONE)
+    return _rms_forward(x, weight, eps, bug=RMS_FWD_OTHER_ONE)
 
 
 @wrong_("rmsnorm_forward", "subtracts the row's mean before squaring: that is LayerNorm's rstd")
 def rmsnorm_forward_centred(x, weight, eps):
-    return _rms_forward(x, weight, eps, VARIANT=CENTRED)
+    return _rms_forward(x, weight, eps, bug=RMS_FWD_CENTRED)
 
 
 @wrong_("rmsnorm_forward", "eps outside the square root: 1 / (sqrt(mean(x^2)) + eps)")
 def rmsnorm_forward_eps_outside(x, weight, eps):
-    return _rms_forward(x, weight, eps, VARIANT=EPS_OUTSIDE)
+    return _rms_forward(x, weight, eps, bug=RMS_FWD_EPS_OUTSIDE)
 
 
 @wrong_("rmsnorm_forward", "rstd of shape (rows, 1)")
@@ -563,38 +610,38 @@ def rmsnorm_forward_rstd_float32(x, weight, eps):
 
 @wrong_("rmsnorm_forward", "one block of 1024 columns and no loop: wider rows lose their tail", says="wide")
 def rmsnorm_forward_one_block_1024(x, weight, eps):
-    return _rms_forward(x, weight, eps, block=1024, VARIANT=ONE_BLOCK)
+    return _rms_forward(x, weight, eps, block=1024, bug=RMS_FWD_ONE_BLOCK)
 
 
 @wrong_("rmsnorm_forward", "one block of next_power_of_2(cols) and no loop: a block of 8192 for 5000 columns, past "
                            "BLOCK_LIMIT", says="wide")
 def rmsnorm_forward_unbounded_block(x, weight, eps):
-    return _rms_forward(x, weight, eps, block=triton.next_power_of_2(max(x.shape[1], 1)), VARIANT=ONE_BLOCK)
+    return _rms_forward(x, weight, eps, block=triton.next_power_of_2(max(x.shape[1], 1)), bug=RMS_FWD_ONE_BLOCK)
 
 
 @wrong_("rmsnorm_forward", "forgets eps: 1 / sqrt(mean(x^2))")
 def rmsnorm_forward_no_eps(x, weight, eps):
-    return _rms_forward(x, weight, eps, VARIANT=NO_EPS)
+    return _rms_forward(x, weight, eps, bug=RMS_FWD_NO_EPS)
 
 
 @wrong_("rmsnorm_forward", "stores y at x's strided offsets: past y for a non-contiguous x", says="non-contiguous")
 def rmsnorm_forward_stores_with_x_strides(x, weight, eps):
-    return _rms_forward(x, weight, eps, contiguous=False, VARIANT=STORE_AT_X_OFFSETS)
+    return _rms_forward(x, weight, eps, contiguous=False, bug=RMS_FWD_STORE_AT_X_OFFSETS)
 
 
 @wrong_("rmsnorm_forward", "divides the sum of squares by BLOCK, not by the number of columns")
 def rmsnorm_forward_mean_over_block(x, weight, eps):
-    return _rms_forward(x, weight, eps, VARIANT=MEAN_OVER_BLOCK)
+    return _rms_forward(x, weight, eps, bug=RMS_FWD_MEAN_OVER_BLOCK)
 
 
 @wrong_("rmsnorm_forward", "forgets the weight: y = x * rstd")
 def rmsnorm_forward_no_weight(x, weight, eps):
-    return _rms_forward(x, weight, eps, VARIANT=NO_WEIGHT)
+    return _rms_forward(x, weight, eps, bug=RMS_FWD_NO_WEIGHT)
 
 
 @wrong_("rmsnorm_forward", "row offsets without the program id: every program normalises the first row")
 def rmsnorm_forward_no_program_id(x, weight, eps):
-    return _rms_forward(x, weight, eps, VARIANT=NO_PROGRAM_ID)
+    return _rms_forward(x, weight, eps, bug=RMS_FWD_NO_PROGRAM_ID)
 
 
 @wrong_("rmsnorm_forward", "rstd in torch (x.pow(2).mean(-1) ...), a kernel only for y")
@@ -624,14 +671,22 @@ def rmsnorm_forward_one_block(x, weight, eps):
 
 
 # RMSNorm backward kernels: grad_x = rstd g w - x rstd^3 sum(g w x) / cols; grad_weight = sum over rows of g x rstd
+# _rms_bwd's bugs
+RMS_BWD_OTHER_ONE = tl.constexpr("_rms_bwd: other=1.0")
+RMS_BWD_RSTD_ONCE = tl.constexpr("_rms_bwd: rstd once")
+RMS_BWD_NO_MEAN_TERM = tl.constexpr("_rms_bwd: no mean term")
+RMS_BWD_WEIGHT_WITHOUT_RSTD = tl.constexpr("_rms_bwd: weight gradient without rstd")
+RMS_BWD_BUGS = (RMS_BWD_OTHER_ONE, RMS_BWD_RSTD_ONCE, RMS_BWD_NO_MEAN_TERM, RMS_BWD_WEIGHT_WITHOUT_RSTD)
+
+
 @triton.jit
 def _rms_bwd(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, rows, cols, stride_r, stride_c, ROWS: tl.constexpr,
-             BLOCK: tl.constexpr, ATOMIC: tl.constexpr = False, VARIANT: tl.constexpr = CORRECT):
+             BLOCK: tl.constexpr, ATOMIC: tl.constexpr = False, BUG: tl.constexpr = None):
     """ROWS rows per program, x read through its strides; program p adds its rows' g x rstd into row p of
-    dw (partial sums), or with ATOMIC into dw itself, by tl.atomic_add."""
+    dw (partial sums), or with ATOMIC into dw itself, by tl.atomic_add. BUG: one of RMS_BWD_BUGS."""
     p = tl.program_id(0)
     pad = 0.0
-    if VARIANT == OTHER_ONE:
+    if BUG == RMS_BWD_OTHER_ONE:
         pad = 1.0  # bug: the masked loads of the row's sum of g w x pad with ones
     for r in range(ROWS):
         row = p * ROWS + r
@@ -645,18 +700,18 @@ def _rms_bwd(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, rows, cols, stride_r
                 g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=pad)
                 dot += g * tl.load(w_ptr + c, mask=c < cols, other=pad) * x
             k = rstd * rstd * rstd * tl.sum(dot) / cols
-            if VARIANT == RSTD_ONCE:
+            if BUG == RMS_BWD_RSTD_ONCE:
                 k = rstd * tl.sum(dot) / cols  # bug: the mean term scaled by rstd, not rstd^3
             for start in range(0, cols, BLOCK):
                 c = start + tl.arange(0, BLOCK)
                 x = tl.load(x_row + c * stride_c, mask=c < cols, other=0.0)
                 g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0)
                 dx = rstd * g * tl.load(w_ptr + c, mask=c < cols)
-                if VARIANT != NO_MEAN_TERM:  # the bug NO_MEAN_TERM drops the mean term
+                if BUG != RMS_BWD_NO_MEAN_TERM:  # the bug drops the mean term
                     dx -= x * k
                 tl.store(dx_ptr + row * cols + c, dx, mask=c < cols)
                 dw = g * x * rstd
-                if VARIANT == WEIGHT_WITHOUT_RSTD:
+                if BUG == RMS_BWD_WEIGHT_WITHOUT_RSTD:
                     dw = g * x  # bug: forgets rstd
                 if ATOMIC:
                     tl.atomic_add(dw_ptr + c, dw, mask=c < cols)
@@ -682,16 +737,16 @@ def _cast(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
     tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=mask).to(dst_ptr.dtype.element_ty), mask=mask)
 
 
-def _rms_grad_x(grad_out, x, weight, rstd, dw, rows_per_program=1, block=256, strides=None, **switches):
-    """grad_x by one launch of _rms_bwd, which adds grad_weight's terms into `dw`; `strides`: the ones the kernel
-    is told instead of x's."""
+def _rms_grad_x(grad_out, x, weight, rstd, dw, rows_per_program=1, block=256, strides=None, atomic=False, bug=None):
+    """grad_x by one launch of _rms_bwd, which adds grad_weight's terms into `dw` (by atomics with `atomic`);
+    `strides`: the ones the kernel is told instead of x's; `bug`: one of RMS_BWD_BUGS."""
     grad_out = grad_out.contiguous()
     rows, cols = x.shape
     grad_x = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
     if rows:
         _rms_bwd[(triton.cdiv(rows, rows_per_program),)](grad_out, x, weight, rstd, grad_x, dw, rows, cols,
                                                          *(strides or x.stride()), ROWS=rows_per_program,
-                                                         BLOCK=block, **switches)
+                                                         BLOCK=block, ATOMIC=atomic, BUG=_own(RMS_BWD_BUGS, bug))
     return grad_x
 
 
@@ -703,11 +758,11 @@ def _sum_partials(partial, weight, block=256):
     return grad_weight
 
 
-def _rms_backward_rows(grad_out, x, weight, rstd, first_only=False, **switches):
+def _rms_backward_rows(grad_out, x, weight, rstd, first_only=False, bug=None):
     """One row per program, each with its own row of partial sums of grad_weight, reduced by a second kernel
     (`first_only`: or grad_weight is the first program's partial sum)."""
     partial = torch.zeros(x.shape, dtype=weight.dtype, device=x.device)
-    grad_x = _rms_grad_x(grad_out, x.contiguous(), weight, rstd, partial, **switches)
+    grad_x = _rms_grad_x(grad_out, x.contiguous(), weight, rstd, partial, bug=bug)
     return grad_x, partial[0] if first_only else _sum_partials(partial, weight)
 
 
@@ -719,28 +774,28 @@ def rmsnorm_backward_first_partial(grad_out, x, weight, rstd):
 
 @wrong_("rmsnorm_backward", "grad_x without the mean term: g * w * rstd")
 def rmsnorm_backward_no_mean_term(grad_out, x, weight, rstd):
-    return _rms_backward_rows(grad_out, x, weight, rstd, VARIANT=NO_MEAN_TERM)
+    return _rms_backward_rows(grad_out, x, weight, rstd, bug=RMS_BWD_NO_MEAN_TERM)
 
 
 @wrong_("rmsnorm_backward", "the mean term scaled by rstd, not rstd^3")
 def rmsnorm_backward_rstd_once(grad_out, x, weight, rstd):
-    return _rms_backward_rows(grad_out, x, weight, rstd, VARIANT=RSTD_ONCE)
+    return _rms_backward_rows(grad_out, x, weight, rstd, bug=RMS_BWD_RSTD_ONCE)
 
 
 @wrong_("rmsnorm_backward", "other=1.0 in the masked loads of the row's sum of g w x")
 def rmsnorm_backward_other_one(grad_out, x, weight, rstd):
-    return _rms_backward_rows(grad_out, x, weight, rstd, VARIANT=OTHER_ONE)
+    return _rms_backward_rows(grad_out, x, weight, rstd, bug=RMS_BWD_OTHER_ONE)
 
 
 @wrong_("rmsnorm_backward", "grad_weight = sum of g x: forgets rstd")
 def rmsnorm_backward_weight_without_rstd(grad_out, x, weight, rstd):
-    return _rms_backward_rows(grad_out, x, weight, rstd, VARIANT=WEIGHT_WITHOUT_RSTD)
+    return _rms_backward_rows(grad_out, x, weight, rstd, bug=RMS_BWD_WEIGHT_WITHOUT_RSTD)
 
 
 @wrong_("rmsnorm_backward", "atomic_add into torch.empty: grad_weight starts from whatever the memory held")
 def rmsnorm_backward_atomic_into_empty(grad_out, x, weight, rstd):
     grad_weight = torch.empty_like(weight)
-    return _rms_grad_x(grad_out, x.contiguous(), weight, rstd, grad_weight, ATOMIC=True), grad_weight
+    return _rms_grad_x(grad_out, x.contiguous(), weight, rstd, grad_weight, atomic=True), grad_weight
 
 
 @wrong_("rmsnorm_backward", "grad_weight in torch: (grad_out * x * rstd[:, None]).sum(0)")
@@ -753,14 +808,14 @@ def rmsnorm_backward_torch_weight(grad_out, x, weight, rstd):
         says="non-contiguous")
 def rmsnorm_backward_ignores_strides(grad_out, x, weight, rstd):
     grad_weight = torch.zeros_like(weight)
-    return _rms_grad_x(grad_out, x, weight, rstd, grad_weight, strides=(x.shape[1], 1), ATOMIC=True), grad_weight
+    return _rms_grad_x(grad_out, x, weight, rstd, grad_weight, strides=(x.shape[1], 1), atomic=True), grad_weight
 
 
 @wrong_("rmsnorm_backward", "atomic_add into torch.zeros(cols, dtype=torch.float32), returned as it is: float32 for "
                             "float64 weights")
 def rmsnorm_backward_float32_weight_grad(grad_out, x, weight, rstd):
     grad_weight = torch.zeros(x.shape[1], dtype=torch.float32, device=x.device)
-    return _rms_grad_x(grad_out, x.contiguous(), weight, rstd, grad_weight, ATOMIC=True), grad_weight
+    return _rms_grad_x(grad_out, x.contiguous(), weight, rstd, grad_weight, atomic=True), grad_weight
 
 
 @right_("rmsnorm_backward", "4 rows per program, x read through its strides, partial sums reduced by a second kernel")
@@ -774,7 +829,7 @@ def rmsnorm_backward(grad_out, x, weight, rstd):
 @right_("rmsnorm_backward", "tl.atomic_add into a zeroed float32 (float64 for float64) buffer, cast by a kernel")
 def rmsnorm_backward_atomic(grad_out, x, weight, rstd):
     total = torch.zeros(x.shape[1], dtype=_accumulator(weight.dtype), device=x.device)
-    grad_x = _rms_grad_x(grad_out, x.contiguous(), weight, rstd, total, block=512, ATOMIC=True)
+    grad_x = _rms_grad_x(grad_out, x.contiguous(), weight, rstd, total, block=512, atomic=True)
     if total.dtype == weight.dtype:
         return grad_x, total
     return grad_x, _launch(_cast, total, out=torch.empty_like(weight))
