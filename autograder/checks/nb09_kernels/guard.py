@@ -13,22 +13,28 @@ code runs):
   input's padding and stored past an output must still show), and what `empty` would leave unset
   holds a third marker (`UNSET`);
 - every Triton launch is counted (`JITFunction.run`, and the interpreter's `run`);
+- in Triton's interpreter, loads and stores are watched (`accesses`): masked-off lanes of a load without
+  `other=` hold a fourth marker (`MASKED`), two programs of a launch storing to one element are a race, and
+  a load of `UNSET` memory is noted (on a GPU these are wrong answers the interpreter would hide);
 - every ATen operation outside a launch that is not an allocation, a view or a copy is recorded:
   the graded functions compute in their kernels, and torch only allocates and launches.
 
 Afterwards `KernelRun` says what happened, as data: what came back (compact copies), the launches,
 the first refused operation, which buffers were written outside the tensor, which inputs changed,
-and how many elements of each returned tensor the kernel never wrote.
+how many elements of each returned tensor the kernel never wrote (and how many it wrote from unset
+memory), the first race, the first read of unset memory and the kernels that loaded without `other=`.
 """
 import contextlib
 import dataclasses
 import inspect
 import sys
 
+import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from autograder.checks.compare import GradingError
+from autograder.checks.nb09_kernels import accesses
 from autograder.learner import triton_setup
 
 PAD = 16384  # marked elements before and after each tensor: more than a block (<= 4096) can overrun
@@ -37,6 +43,8 @@ INTEGER_OF_SIZE = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint
 AROUND = {8: 0x7FF8A11AA11AA11A, 4: 0x7FC0A11A, 2: 0x7E11, 1: 0x5A}
 BEYOND = {8: 0x7FF8BE40BE40BE40, 4: 0x7FC0BE40, 2: 0x7E33, 1: 0x5C}
 UNSET = {8: 0x7FF8B00BB00BB00B, 4: 0x7FC0B00B, 2: 0x7E22, 1: 0x5B}
+MASKED = {8: 0x7FF8AA5CAA5CAA5C, 4: 0x7FC0AA5C, 2: 0x7FC4, 1: 0x5D}  # 0x7FC4: a NaN in float16 and in bfloat16
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 # ATen operations torch may run on the data inside a graded function: allocations, fills, views,
 # copies and conversions. Anything else (mul, sigmoid, sum, rsqrt, ...) is maths outside the kernel.
@@ -57,13 +65,6 @@ def _short(name: str) -> str:
 def bits(t):
     """The tensor's elements as integers of the same size, to compare bit patterns (NaN payloads)."""
     return t.view(INTEGER_OF_SIZE[t.element_size()])
-
-
-def _span(shape, stride) -> int:
-    """Elements of storage a view of `shape` and `stride` reaches, from its first element."""
-    if any(size == 0 for size in shape):
-        return 0
-    return 1 + sum((size - 1) * step for size, step in zip(shape, stride))
 
 
 def _gapped_strides(shape):
@@ -87,7 +88,7 @@ class Region:
     @classmethod
     def around(cls, name, shape, stride, dtype, device, marker=AROUND, unset=False):
         """A view of `shape` and `stride` in a buffer marked with `marker` (and UNSET inside, if `unset`)."""
-        buffer = torch.empty(2 * PAD + _span(shape, stride), dtype=dtype, device=device)
+        buffer = torch.empty(2 * PAD + accesses.span(shape, stride), dtype=dtype, device=device)
         bits(buffer).fill_(marker[buffer.element_size()])
         view = buffer.as_strided(shape, stride, PAD)
         if unset:
@@ -113,13 +114,49 @@ class Region:
         return self.original is not None and not torch.equal(bits(self.view), bits(self.original))
 
 
-def unwritten(t):
-    """(elements still holding UNSET, elements, flat index of the first) for a returned tensor."""
+def _counts(flags):
+    """(how many, of how many, flat index of the first) of flat booleans; None where none is set."""
+    count = int(flags.sum())
+    return (count, flags.size, int(np.flatnonzero(flags)[0])) if count else None
+
+
+def _unset(t):
+    """Flat booleans: which elements of a returned tensor still hold UNSET (None for what cannot)."""
     if not isinstance(t, torch.Tensor) or t.element_size() not in UNSET or t.numel() == 0:
         return None
-    left = (bits(t.detach()) == UNSET[t.element_size()]).flatten()
-    count = int(left.sum())
-    return (count, t.numel(), int(left.nonzero()[0])) if count else None
+    return (bits(t.detach()) == UNSET[t.element_size()]).flatten().cpu().numpy()
+
+
+def unwritten(t, stored=None):
+    """(elements still holding UNSET that no store reached, elements, flat index of the first) for a
+    returned tensor; `stored`: flat booleans, the elements a store or an atomic reached."""
+    left = _unset(t)
+    return None if left is None else _counts(left if stored is None else left & ~stored)
+
+
+def from_unset(t, stored):
+    """The same counts for elements a kernel stored that still hold UNSET: computed from unset memory."""
+    left = _unset(t)
+    return None if left is None else _counts(left & stored)
+
+
+def _in(value, dtype, source):
+    """The bit pattern of `value` (a float, or a bit pattern of `source`) cast from `source` to `dtype`."""
+    if isinstance(value, int):
+        return int(bits(torch.tensor([value], dtype=INTEGER_OF_SIZE[source.itemsize]).view(source).to(dtype)))
+    return int(bits(torch.tensor([value], dtype=source).to(dtype)))
+
+
+def masked_lanes(t):
+    """Boolean mask: elements of a float tensor holding MASKED as any float dtype casts it to t's (a NaN
+    keeps its payload through arithmetic and most casts), i.e. values computed from masked-off lanes of a
+    load. A cast that drops the payload gives a plain NaN, which is not counted."""
+    if not isinstance(t, torch.Tensor) or t.dtype not in FLOATS:
+        return torch.zeros(getattr(t, "shape", ()), dtype=torch.bool)
+    plain = {_in(nan, t.dtype, d) for d in FLOATS for nan in (float("nan"), -float("nan"))}
+    forms = {_in(MASKED[d.itemsize], t.dtype, d) for d in FLOATS} - plain
+    got = bits(t.detach().cpu())
+    return torch.stack([got == form for form in forms]).any(0)
 
 
 def constexprs(kernel, args, kwargs) -> dict:
@@ -159,6 +196,7 @@ class KernelGuard(TorchDispatchMode):
         super().__init__()
         self.refuse, self.launches, self.inside, self.refused, self.allocated = refuse, 0, 0, None, []
         self.largest_block = None  # (name, value) of the largest integer constexpr of any launch
+        self.accesses = accesses.Accesses(UNSET, MASKED)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -201,7 +239,8 @@ class KernelGuard(TorchDispatchMode):
                 self._note_blocks(kernel, args, kwargs)
                 self.inside += 1
                 try:
-                    return original(kernel, *args, **kwargs)
+                    with self.accesses.launch(kernel, args, kwargs):
+                        return original(kernel, *args, **kwargs)
                 finally:
                     self.inside -= 1
             return run
@@ -209,7 +248,8 @@ class KernelGuard(TorchDispatchMode):
         for cls in classes:
             cls.run = counted(originals[cls])
         try:
-            yield
+            with accesses.watched(self.accesses):
+                yield
         finally:
             for cls, original in originals.items():
                 cls.run = original
@@ -224,7 +264,11 @@ class KernelRun:
     wrote_outside: list = dataclasses.field(default_factory=list)
     changed: list = dataclasses.field(default_factory=list)
     unwritten: dict = dataclasses.field(default_factory=dict)  # position in the result -> unwritten()
+    from_unset: dict = dataclasses.field(default_factory=dict)  # position in the result -> from_unset()
     largest_block: tuple = None  # (name, value): the largest integer tl.constexpr a launch was given
+    race: accesses.Race = None  # the first two programs of a launch that stored to one element
+    read_unset: accesses.Place = None  # the first element of torch.empty's memory a kernel read unset
+    without_other: list = dataclasses.field(default_factory=list)  # kernels that loaded masked lanes, no other=
 
 
 def _compact(value):
@@ -250,12 +294,17 @@ def guarded(refuse=True):
 def report(guard, regions, result) -> KernelRun:
     """The `KernelRun` of a finished guarded call."""
     everything = list(regions) + guard.allocated
-    left = {i: unwritten(part) for i, part in enumerate(_parts(result))}
+    parts = _parts(result)
+    stored = {i: guard.accesses.stored_at(part) for i, part in enumerate(parts) if unwritten(part) is not None}
+    left = {i: unwritten(parts[i], elements) for i, elements in stored.items()}
+    spoiled = {i: from_unset(parts[i], elements) for i, elements in stored.items()}
     return KernelRun(result=_compact(result), launches=guard.launches, refused=guard.refused,
                      wrote_outside=[r.name for r in everything if r.written_outside()],
                      changed=[r.name for r in regions if r.changed()],
                      unwritten={i: counts for i, counts in left.items() if counts},
-                     largest_block=guard.largest_block)
+                     from_unset={i: counts for i, counts in spoiled.items() if counts},
+                     largest_block=guard.largest_block, race=guard.accesses.race,
+                     read_unset=guard.accesses.read_unset, without_other=list(guard.accesses.without_other))
 
 
 def require_triton():
