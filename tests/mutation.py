@@ -4,9 +4,17 @@ This is how the mutation suite grades hundreds of implementations without starti
 for each: every grade cell is self-contained, so it runs in a fresh namespace that holds only
 the implementation under test, exactly as it runs after the student's cells in nbgrader.
 """
+import ast
+import builtins
 import contextlib
+import inspect
 import io
 import linecache
+import pathlib
+import re
+import symtable
+import sys
+import textwrap
 import threading
 
 import course
@@ -46,6 +54,97 @@ def solution_namespace(notebook: str) -> dict:
     for name, source in solution_sources(notebook).items():
         exec(compiled(source, f"<solution {name} of {notebook}>"), namespace)
     return namespace
+
+
+REGISTRATIONS = {"wrong_", "right_"}  # the catalogue's decorators (tests/mutants): no part of an answer
+
+
+def _definition_text(source: str, node) -> str:
+    """A top-level statement of `source` as written, without the catalogue's registration."""
+    decorators = [d for d in getattr(node, "decorator_list", ())
+                  if not (isinstance(d, ast.Call) and isinstance(d.func, ast.Name) and d.func.id in REGISTRATIONS)]
+    body = source.splitlines()[node.lineno - 1:node.end_lineno]
+    return "".join(f"@{ast.get_source_segment(source, d)}\n" for d in decorators) + "\n".join(body)
+
+
+def _names_bound_by(node) -> set:
+    """The names a top-level statement binds (a definition, an assignment, an import)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def free_names(source: str) -> set:
+    """The global names that code `source` reads and does not bind at its top level, builtins aside."""
+    top = symtable.symtable(source, "<cell>", "exec")
+    read, tables = set(), [top]
+    while tables:
+        table = tables.pop()
+        read |= {s.get_name() for s in table.get_symbols() if s.is_referenced() and (table is top or s.is_global())}
+        tables.extend(table.get_children())
+    return read - bound_names(source) - set(dir(builtins))
+
+
+def bound_names(source: str) -> set:
+    """The names that code `source` binds at its top level."""
+    return {s.get_name() for s in symtable.symtable(source, "<cell>", "exec").get_symbols()
+            if s.is_assigned() or s.is_imported()}
+
+
+def notebook_names(notebook: str) -> set:
+    """The names a submission's code binds before its grade cells run: its set-up cell's and its answers'."""
+    nb = course.read(course.solution_path(notebook))
+    setup = next(c.source for c in nb.cells if c.cell_type == "code")
+    return bound_names(setup).union(*map(bound_names, solution_sources(notebook).values()))
+
+
+TEST_MODULES = {path.stem for path in pathlib.Path(__file__).parent.glob("*.py")} | {"mutants"}
+
+
+def imported_modules(source: str) -> set:
+    """The top-level modules that code `source` imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def pasted_source(fn, name: str, names: set) -> str | None:
+    """`fn`, a catalogue entry, as a learner's answer cell defining `name` in a notebook whose code binds
+    `names`: renamed (its own name everywhere in it), without its registration, after the top-level
+    definitions of its module that it reads and the notebook lacks (its kernels, helpers, constants), in the
+    module's order.
+
+    None where it cannot be pasted: it is no function or class (an entry of several names), it reads a
+    name that neither its module nor the notebook defines, or it imports the test suite's own modules."""
+    if not (inspect.isfunction(fn) or inspect.isclass(fn)):
+        return None
+    entry_source = textwrap.dedent(inspect.getsource(fn))
+    entry = _definition_text(entry_source, ast.parse(entry_source).body[0])
+    module_source = inspect.getsource(sys.modules[fn.__module__])
+    defines = {}
+    for node in ast.parse(module_source).body:
+        defines.update(dict.fromkeys(_names_bound_by(node), node))
+    needed, wanted = {}, free_names(entry) - names
+    while wanted:
+        missing = wanted.pop()
+        if missing not in defines:
+            return None
+        node = defines[missing]
+        if node.lineno not in needed:
+            needed[node.lineno] = _definition_text(module_source, node)
+            wanted |= free_names(needed[node.lineno]) - names
+    pasted = [*(needed[line] for line in sorted(needed)), entry]
+    if any(imported_modules(text) & TEST_MODULES for text in pasted):
+        return None
+    renamed = re.sub(rf"\b{fn.__name__}\b", name, entry)  # a class may name itself (AltValue(...))
+    return "\n\n\n".join([*pasted[:-1], renamed])
 
 
 class Loopback(trusted.Remote):
