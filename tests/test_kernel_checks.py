@@ -14,11 +14,12 @@ from autograder.learner import triton_setup
 TRITON = triton_setup.prepare()
 import triton  # noqa: E402  (after prepare(): TRITON_INTERPRET must be set first)
 import triton.language as tl  # noqa: E402
+from triton.runtime.interpreter import InterpretedFunction, InterpreterBuilder  # noqa: E402
 
 from autograder.checks import GradingError  # noqa: E402
 from autograder.checks import nb09_kernels as kc  # noqa: E402
-from autograder.checks.nb09_kernels import guard  # noqa: E402
-from autograder.checks.nb09_kernels.verdicts import BLOCK_LIMIT  # noqa: E402
+from autograder.checks.nb09_kernels import accesses, guard  # noqa: E402
+from autograder.checks.nb09_kernels.verdicts import BLOCK_LIMIT, check_rules, check_tensor  # noqa: E402
 from autograder.learner.device import available_devices, get_device  # noqa: E402
 
 # Skipped where Triton cannot launch a kernel, failed instead under CI (tests/conftest.py).
@@ -186,3 +187,155 @@ def test_where_triton_cannot_run_the_checks_say_why(monkeypatch):
     monkeypatch.setattr(triton_setup, "prepare", lambda device=None: missing)
     with pytest.raises(GradingError, match=r"cannot run here: Triton has no wheel .*graded on Linux"):
         kc.check_silu_forward("silu_forward", scale, [kc.silu_case((8,), seed=1)])
+
+
+# --- what the interpreter's programs load and store (guard.accesses) -----------------------------------
+# These kernels run in Triton's interpreter on the CPU wherever the tests run (InterpretedFunction, not
+# triton.jit, which compiles where there is CUDA): the interpreter is what the guard watches.
+@InterpretedFunction
+def _add_rows_into(x_ptr, out_ptr, cols, ATOMIC: tl.constexpr, BLOCK: tl.constexpr):
+    """out += x[row] for the program's row: load, add and store out (a race between rows), or tl.atomic_add."""
+    c = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + tl.program_id(0) * cols + c, mask=c < cols, other=0.0)
+    if ATOMIC:
+        tl.atomic_add(out_ptr + c, x, mask=c < cols)
+    else:
+        tl.store(out_ptr + c, tl.load(out_ptr + c, mask=c < cols) + x, mask=c < cols)
+
+
+@InterpretedFunction
+def _partial_sums(x_ptr, part_ptr, rows, cols, BLOCK: tl.constexpr):
+    """Row p of part += x's rows p, p + programs, ...: each program loads and stores its own row, many times."""
+    p = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    for row in range(p, rows, tl.num_programs(0)):
+        part = tl.load(part_ptr + p * cols + c, mask=c < cols)
+        tl.store(part_ptr + p * cols + c, part + tl.load(x_ptr + row * cols + c, mask=c < cols), mask=c < cols)
+
+
+@InterpretedFunction
+def _column_sums(part_ptr, out_ptr, rows, cols, BLOCK: tl.constexpr):
+    c = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for row in range(rows):
+        acc += tl.load(part_ptr + row * cols + c, mask=c < cols, other=0.0)
+    tl.store(out_ptr + c, acc, mask=c < cols)
+
+
+@InterpretedFunction
+def _sums_of_squares(x_ptr, out_ptr, cols, OTHER: tl.constexpr, BLOCK: tl.constexpr):
+    """out[row] = sum of x[row]^2, the masked lanes loaded with other=0.0, or (OTHER False) without other=."""
+    c = tl.arange(0, BLOCK)
+    if OTHER:
+        x = tl.load(x_ptr + tl.program_id(0) * cols + c, mask=c < cols, other=0.0)
+    else:
+        x = tl.load(x_ptr + tl.program_id(0) * cols + c, mask=c < cols)
+    tl.store(out_ptr + tl.program_id(0), tl.sum(x * x))
+
+
+@InterpretedFunction
+def _triple(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    """3 x, its masked load without other=: the masked lanes are never used (the store has the same mask)."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n) * 3, mask=offsets < n)
+
+
+def column_sum(x, how):
+    """x.sum(0) of a float32 (rows, 40) x: "race", "atomic", or partial sums in a buffer from torch.zeros or
+    torch.empty ("zeros", "empty"), two programs for the rows, then a column-sum kernel."""
+    rows, cols = x.shape
+    if how in ("race", "atomic"):
+        out = torch.zeros(cols)
+        _add_rows_into[(rows,)](x, out, cols, ATOMIC=how == "atomic", BLOCK=64)
+        return out
+    part = (torch.zeros if how == "zeros" else torch.empty)((2, cols))
+    _partial_sums[(2,)](x, part, rows, cols, BLOCK=64)
+    out = torch.empty(cols)
+    _column_sums[(1,)](part, out, 2, cols, BLOCK=64)
+    return out
+
+
+def sums_of_squares(x, other):
+    out = torch.empty(x.shape[0])
+    _sums_of_squares[(x.shape[0],)](x, out, x.shape[1], OTHER=other, BLOCK=64)
+    return out
+
+
+def triple(x):
+    y = torch.empty_like(x)
+    _triple[(triton.cdiv(x.numel(), 64),)](x, y, x.numel(), BLOCK=64)
+    return y
+
+
+def judged(fn, x, expected):
+    """The verdicts on `fn(x)` run in the guard: the kernel-side rules, then the returned tensor."""
+    run = guard.run_guarded(fn, x, names=("x",))
+    check_rules("sums", run, {"x": x}, launches=(1, 2), why="")
+    check_tensor("sums", run, 0, run.result, expected, {"x": x}, "out")
+    return run
+
+
+X = torch.randn(5, 40, generator=torch.Generator().manual_seed(0))
+
+
+def test_two_programs_storing_to_one_element_are_a_race_and_atomics_or_own_rows_are_not():
+    run = guard.run_guarded(lambda x: column_sum(x, "race"), X, names=("x",))
+    assert torch.allclose(run.result, X.sum(0))  # the interpreter runs the programs one after another
+    assert str(run.race) == "programs 0 and 1 of _add_rows_into both stored to element 0 of out_ptr"
+    for how in ("atomic", "zeros"):  # program 0 stores row 0 of part three times: its own row, no race
+        run = guard.run_guarded(lambda x, how=how: column_sum(x, how), X, names=("x",))
+        assert run.race is None and torch.allclose(run.result, X.sum(0), atol=1e-5), how
+
+
+def test_a_race_fails_saying_what_a_gpu_does_with_it_and_what_to_do_instead():
+    with pytest.raises(GradingError, match=r"(?s)programs 0 and 1 of _add_rows_into both stored to element 0 of "
+                                           r"out_ptr with tl.store.*updates are lost.*tl.atomic_add.*partial sums"):
+        judged(lambda x: column_sum(x, "race"), X, X.sum(0))
+    judged(lambda x: column_sum(x, "atomic"), X, X.sum(0))
+
+
+def test_masked_off_lanes_of_a_load_without_other_hold_a_marked_nan():
+    run = guard.run_guarded(lambda x: sums_of_squares(x, other=False), X, names=("x",))
+    assert run.without_other == ["_sums_of_squares"] and run.race is None
+    assert bool(guard.masked_lanes(run.result).all())  # the NaN's payload went through x * x and the sum
+    run = guard.run_guarded(lambda x: sums_of_squares(x, other=True), X, names=("x",))
+    assert run.without_other == [] and torch.allclose(run.result, X.pow(2).sum(1))
+
+
+def test_a_sum_over_masked_lanes_fails_naming_the_missing_other_and_unused_lanes_cost_nothing():
+    with pytest.raises(GradingError, match=r"(?s)out has NaN where PyTorch has none, first at flat index 0: it comes "
+                                           r"from the masked-off lanes of a tl.load with mask= and no other= \(in "
+                                           r"_sums_of_squares\).*other=0.0 for a sum"):
+        judged(lambda x: sums_of_squares(x, other=False), X, X.pow(2).sum(1))
+    run = judged(triple, X.flatten()[:100], 3 * X.flatten()[:100])  # 100 elements: the second block is masked
+    assert run.without_other == ["_triple"]
+
+
+def test_masked_lanes_are_found_in_each_float_dtype_and_after_a_cast_but_a_plain_nan_is_not():
+    for dtype in guard.FLOATS:
+        marked = torch.tensor([guard.MASKED[dtype.itemsize]], dtype=guard.INTEGER_OF_SIZE[dtype.itemsize]).view(dtype)
+        assert bool(guard.masked_lanes(marked).all()), dtype
+        assert not bool(guard.masked_lanes(torch.tensor([float("nan"), -float("nan"), 1.0], dtype=dtype)).any())
+    marked = torch.tensor([guard.MASKED[4]], dtype=torch.int32).view(torch.float32)
+    assert bool(guard.masked_lanes(marked.double()).all()) and bool(guard.masked_lanes(marked.half()).all())
+
+
+def test_a_buffer_from_torch_empty_read_before_anything_was_stored_is_named_as_such():
+    run = guard.run_guarded(lambda x: column_sum(x, "empty"), X, names=("x",))
+    assert run.unwritten == {} and run.from_unset == {0: (40, 40, 0)}
+    assert str(run.read_unset) == "element 0 of part_ptr in _partial_sums"
+    with pytest.raises(GradingError, match=r"(?s)40 of 40 elements of out, the first at flat index 0, came from "
+                                           r"memory that was never initialised: your kernel read element 0 of "
+                                           r"part_ptr in _partial_sums before anything was stored there.*torch.zeros"):
+        judged(lambda x: column_sum(x, "empty"), X, X.sum(0))
+    run = judged(lambda x: column_sum(x, "zeros"), X, X.sum(0))
+    assert run.read_unset is None and run.from_unset == {}
+
+
+def test_the_interpreter_s_memory_operations_are_watched_only_inside_the_guard():
+    """`accesses.watched` patches these methods of Triton's (private) InterpreterBuilder: they must exist
+    in every Triton the course accepts (make test-floor runs this file on the floor's), and come back after."""
+    originals = {name: vars(InterpreterBuilder)[name] for name in accesses.MEMORY_OPS}
+    with guard.guarded():
+        assert all(vars(InterpreterBuilder)[name] is not original for name, original in originals.items())
+    assert {name: vars(InterpreterBuilder)[name] for name in accesses.MEMORY_OPS} == originals

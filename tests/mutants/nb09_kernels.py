@@ -942,3 +942,145 @@ class TritonRMSNormRecomputes(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         rstd = rmsnorm_forward(x, weight, ctx.eps)[1]
         return *rmsnorm_backward(grad_out, x, weight, rstd), None
+
+
+# What Triton's interpreter hides and a GPU shows (issue 31), each written out in full as a learner writes it --
+@triton.jit
+def _rms_bwd_into_one_row(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, cols, stride_r, stride_c,
+                          ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """One program per row: the row's grad_x, and its share of grad_weight loaded, added and stored back into
+    the one grad_weight row that every program shares (plain tl.load and tl.store: a race)."""
+    row = tl.program_id(0)
+    x_row = x_ptr + row * stride_r
+    rstd = tl.load(rstd_ptr + row).to(ACC)
+    dot = tl.zeros([BLOCK], dtype=ACC)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + c * stride_c, mask=c < cols, other=0.0).to(ACC)
+        g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0).to(ACC)
+        dot += g * tl.load(w_ptr + c, mask=c < cols, other=0.0).to(ACC) * x
+    k = rstd * rstd * rstd * tl.sum(dot) / cols
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        mask = c < cols
+        x = tl.load(x_row + c * stride_c, mask=mask, other=0.0).to(ACC)
+        g = tl.load(g_ptr + row * cols + c, mask=mask, other=0.0).to(ACC)
+        w = tl.load(w_ptr + c, mask=mask, other=0.0).to(ACC)
+        tl.store(dx_ptr + row * cols + c, (rstd * g * w - x * k).to(dx_ptr.dtype.element_ty), mask=mask)
+        total = tl.load(dw_ptr + c, mask=mask, other=0.0)  # bug: every program reads and writes this row
+        tl.store(dw_ptr + c, total + g * x * rstd, mask=mask)
+
+
+@triton.jit
+def _rms_cast(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n).to(dst_ptr.dtype.element_ty), mask=offs < n)
+
+
+@wrong_("rmsnorm_backward", "one program per row, each loading, adding and storing its share of grad_weight into the "
+                            "one shared row with tl.load and tl.store: a race (right values only in the interpreter, "
+                            "which runs the programs one after another)", says="both stored to")
+def rmsnorm_backward_shared_row(grad_out, x, weight, rstd):
+    grad_out, weight, rstd = grad_out.contiguous(), weight.contiguous(), rstd.contiguous()
+    rows, cols = x.shape
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    grad_x = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    total = torch.zeros(cols, dtype=acc, device=x.device)
+    grad_weight = torch.empty_like(weight)
+    if rows and cols:
+        _rms_bwd_into_one_row[(rows,)](grad_out, x, weight, rstd, grad_x, total, cols, x.stride(0), x.stride(1),
+                                       ACC=tl.float64 if acc == torch.float64 else tl.float32,
+                                       BLOCK=min(triton.next_power_of_2(cols), 1024))
+    if cols:
+        _rms_cast[(triton.cdiv(cols, 1024),)](total, grad_weight, cols, BLOCK=1024)
+    return grad_x, grad_weight
+
+
+@triton.jit
+def _rms_fwd_sum_without_other(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps,
+                               ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """One program per row: rstd from the sum of squares over column blocks, then y = x * rstd * w."""
+    row = tl.program_id(0)
+    x_row = x_ptr + row * stride_r
+    acc = tl.zeros([BLOCK], dtype=ACC)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + c * stride_c, mask=c < cols).to(ACC)  # bug: no other=, the masked-off lanes are summed
+        acc += x * x
+    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
+    tl.store(rstd_ptr + row, rstd.to(rstd_ptr.dtype.element_ty))
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + c * stride_c, mask=c < cols).to(ACC)
+        w = tl.load(w_ptr + c, mask=c < cols).to(ACC)
+        tl.store(y_ptr + row * cols + c, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=c < cols)
+
+
+@wrong_("rmsnorm_forward", "the sum of squares loads x with mask= and no other=: the masked-off lanes, zeros in the "
+                           "interpreter, are whatever the registers held on a GPU", says="no other=")
+def rmsnorm_forward_sum_without_other(x, weight, eps):
+    weight = weight.contiguous()
+    rows, cols = x.shape
+    y = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    rstd = torch.empty(rows, dtype=x.dtype, device=x.device)
+    if rows and cols:
+        _rms_fwd_sum_without_other[(rows,)](x, weight, y, rstd, cols, x.stride(0), x.stride(1), eps,
+                                            ACC=tl.float64 if x.dtype == torch.float64 else tl.float32,
+                                            BLOCK=min(triton.next_power_of_2(cols), 1024))
+    return y, rstd
+
+
+@triton.jit
+def _rms_bwd_partial_rows(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, part_ptr, rows, cols, stride_r, stride_c,
+                          ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """Rows pid, pid + programs, ...: the grad_x of each, and their share of grad_weight added into row pid
+    of part (this program's own row)."""
+    pid = tl.program_id(0)
+    for row in range(pid, rows, tl.num_programs(0)):
+        x_row = x_ptr + row * stride_r
+        rstd = tl.load(rstd_ptr + row).to(ACC)
+        dot = tl.zeros([BLOCK], dtype=ACC)
+        for start in range(0, cols, BLOCK):
+            c = start + tl.arange(0, BLOCK)
+            x = tl.load(x_row + c * stride_c, mask=c < cols, other=0.0).to(ACC)
+            g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0).to(ACC)
+            dot += g * tl.load(w_ptr + c, mask=c < cols, other=0.0).to(ACC) * x
+        k = rstd * rstd * rstd * tl.sum(dot) / cols
+        for start in range(0, cols, BLOCK):
+            c = start + tl.arange(0, BLOCK)
+            mask = c < cols
+            x = tl.load(x_row + c * stride_c, mask=mask, other=0.0).to(ACC)
+            g = tl.load(g_ptr + row * cols + c, mask=mask, other=0.0).to(ACC)
+            w = tl.load(w_ptr + c, mask=mask, other=0.0).to(ACC)
+            tl.store(dx_ptr + row * cols + c, (rstd * g * w - x * k).to(dx_ptr.dtype.element_ty), mask=mask)
+            part = tl.load(part_ptr + pid * cols + c, mask=mask, other=0.0)
+            tl.store(part_ptr + pid * cols + c, part + g * x * rstd, mask=mask)
+
+
+@triton.jit
+def _rms_sum_partials(part_ptr, dw_ptr, parts, cols, BLOCK: tl.constexpr):
+    """dw[c] = the sum over p of part[p, c], for this program's block of columns."""
+    c = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=part_ptr.dtype.element_ty)
+    for p in range(0, parts):
+        acc += tl.load(part_ptr + p * cols + c, mask=c < cols, other=0.0)
+    tl.store(dw_ptr + c, acc.to(dw_ptr.dtype.element_ty), mask=c < cols)
+
+
+@wrong_("rmsnorm_backward", "partial sums of grad_weight in a buffer from torch.empty: each program adds into its "
+                            "own row, which starts from whatever the memory held", says="never initialised")
+def rmsnorm_backward_partials_in_empty(grad_out, x, weight, rstd):
+    grad_out, weight, rstd = grad_out.contiguous(), weight.contiguous(), rstd.contiguous()
+    rows, cols = x.shape
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    grad_x = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    grad_weight = torch.empty_like(weight)
+    if rows == 0 or cols == 0:
+        return grad_x, torch.zeros_like(weight)
+    programs = min(rows, 64)
+    partial = torch.empty((programs, cols), dtype=acc, device=x.device)  # bug: torch.zeros
+    _rms_bwd_partial_rows[(programs,)](grad_out, x, weight, rstd, grad_x, partial, rows, cols, x.stride(0),
+                                       x.stride(1), ACC=tl.float64 if acc == torch.float64 else tl.float32,
+                                       BLOCK=min(triton.next_power_of_2(cols), 1024))
+    _rms_sum_partials[(triton.cdiv(cols, 128),)](partial, grad_weight, programs, cols, BLOCK=128)
+    return grad_x, grad_weight

@@ -1,8 +1,9 @@
 """What a guarded call's record (`guard.KernelRun`) says about the learner's kernel, in their terms.
 
 The order is the order of severity: a write outside a tensor first (on a GPU it corrupts another
-tensor or crashes the process), then torch maths outside the kernel, the number of launches,
-elements the kernel never wrote, NaN read from outside an input, and last the values themselves.
+tensor or crashes the process), then torch maths outside the kernel, the number of launches, two
+programs storing to one element, elements the kernel never wrote or computed from unset memory, NaN
+from masked-off lanes or read from outside an input, and last the values themselves.
 """
 import functools
 
@@ -10,7 +11,7 @@ import torch
 
 from autograder import checks
 from autograder.checks.compare import REORDERED_TOLERANCES, check_meta, fail
-from autograder.checks.nb09_kernels.guard import KernelRun, run_guarded
+from autograder.checks.nb09_kernels.guard import KernelRun, masked_lanes, run_guarded
 
 BLOCK_LIMIT = 4096  # the most elements the notebook lets one block hold: rows wider than that loop
 
@@ -59,6 +60,25 @@ def check_rules(exercise, run, shown, *, launches, why):
                        "kernel[grid](...)", shown)
     if run.launches > high:
         fail(exercise, f"launched {run.launches} Triton kernels; {why}", shown)
+    if run.race is not None:
+        fail(exercise, f"{run.race} with tl.store: on a GPU the programs of a launch run at the same time, so which "
+                       "store lands last changes from run to run, and where programs load, add and store one element, "
+                       "updates are lost (Triton's interpreter runs the programs one after another, which hides "
+                       "this; these checks look for it)", shown,
+             "  give each program elements of its own (offsets from tl.program_id(0)); to add every program's share "
+             "into one result, use tl.atomic_add into a zeroed buffer, or store partial sums, one row per program, "
+             "and add them up in a second kernel")
+
+
+def from_unset_memory(exercise, run, name, shown, count=None):
+    """Fail: `name` was computed from memory torch.empty left unset (a buffer read before anything stored)."""
+    read = f"{run.read_unset}" if run.read_unset is not None else "memory torch.empty allocated"
+    some = f"{count[0]} of {count[1]} elements of {name}, the first at flat index {count[2]}," if count else name
+    fail(exercise, f"{some} came from memory that was never initialised: your kernel read {read} before anything "
+                   "was stored there", shown,
+         "  torch.empty does not set its memory (on a GPU it holds whatever was there before; here the checks fill "
+         "it with NaN): a buffer that kernels load and add into (partial sums, an atomic_add target) starts from "
+         "torch.zeros")
 
 
 def check_tensor(exercise, run, position, got, expected, shown, name):
@@ -72,14 +92,27 @@ def check_tensor(exercise, run, position, got, expected, shown, name):
                        f"what torch.empty left there), the first at flat index {first}", shown,
              "  does every program handle its own block (offsets from tl.program_id(0) * BLOCK), and does the grid "
              "cover every element (triton.cdiv(n, BLOCK) programs, or one per row)?")
+    if run.from_unset.get(position):
+        from_unset_memory(exercise, run, name, shown, run.from_unset[position])
     nan = torch.isnan(got) & ~torch.isnan(expected)
     if nan.any():
         first = int(nan.flatten().nonzero()[0])
+        if run.read_unset is not None:
+            from_unset_memory(exercise, run, name, shown)
+        masked = f"a tl.load with mask= and no other= (in {', '.join(run.without_other)})"
+        if (nan & masked_lanes(got)).any():
+            fail(exercise, f"{name} has NaN where PyTorch has none, first at flat index {first}: it comes from the "
+                           f"masked-off lanes of {masked}, which your kernel used (a sum over a block adds every "
+                           "lane)", shown,
+                 "  a masked-off lane of a load without other= is undefined: on a GPU it holds whatever the "
+                 "registers held, Triton's interpreter gives 0.0 and these checks give NaN. Pass the value that "
+                 "leaves the result unchanged: other=0.0 for a sum")
         fail(exercise, f"{name} has NaN where PyTorch has none, first at flat index {first}", shown,
              "  while the checks run, the memory around and between your inputs' elements holds NaN: a NaN here "
              "usually means your kernel loaded outside an input (a tl.load without mask=offsets < n, a mask that "
-             "lets lanes past the end through, or offsets that ignore a strided input's strides); otherwise look "
-             "for exp of a large number (inf / inf)")
+             "lets lanes past the end through, or offsets that ignore a strided input's strides)"
+             + (f", or used the masked-off lanes of {masked}" if run.without_other else "")
+             + "; otherwise look for exp of a large number (inf / inf)")
     rtol, atol = REORDERED_TOLERANCES.get(expected.dtype, (None, None))
     checks.expect_close(exercise, got, expected, inputs=shown, names=[name], rtol=rtol, atol=atol)
 
