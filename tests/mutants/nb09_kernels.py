@@ -10,13 +10,13 @@ nbgrader end-to-end test can paste it beside a perfect submission's functions.
 
 Most bugs are planted through a switch. Each of the kernels `_silu_fwd`, `_silu_bwd`, `_rms_fwd` and
 `_rms_bwd` takes `BUG` (a `tl.constexpr`, so each value compiles a kernel of its own), whose values are
-that kernel's own constants, defined above it and named after it (`SILU_FWD_NO_MASK`, ..., listed in
+that kernel's own constants, defined above it and named after it (`SILU_FWD_NO_PROGRAM_ID`, ..., listed in
 `SILU_FWD_BUGS`); without `BUG` it is the right kernel. A comment at each switch says what it changes.
 Each kernel is launched with a bug only through its launcher (`_silu`, `_silu_grad`, `_rms_forward`,
 `_rms_grad_x`), which refuses another kernel's bug (`MisroutedBug`): no line of this kernel would match
 it, so it would compile the right kernel under a wrong entry's name (tests/test_mutants.py misroutes
-every entry's bugs to prove it). A few entries are written out whole, as learners write them: a kernel
-of their own above the function that launches it, with the bug in place.
+every entry's bugs to prove it). A few entries are written out whole, as learners write them (their
+labels begin "written out"): a kernel of their own above the function that launches it, the bug in place.
 
 Some kernels here read and write past their tensors (no mask): Triton's interpreter does not fault on
 that, it corrupts memory. Launch them only through the checks, which hand out sentinel-padded buffers.
@@ -75,11 +75,10 @@ def _elementwise(kernel, *tensors, block=1024, **constexprs):
 
 # SiLU kernels --------------------------------------------------------------------------------------------
 # _silu_fwd's bugs (constexpr globals: a kernel may read no other kind)
-SILU_FWD_NO_MASK = tl.constexpr("_silu_fwd: no mask")
 SILU_FWD_NO_PROGRAM_ID = tl.constexpr("_silu_fwd: no program id")
 SILU_FWD_UNSTABLE_SIGMOID = tl.constexpr("_silu_fwd: unstable sigmoid")
 SILU_FWD_FLOAT32_MATHS = tl.constexpr("_silu_fwd: float32 maths")
-SILU_FWD_BUGS = (SILU_FWD_NO_MASK, SILU_FWD_NO_PROGRAM_ID, SILU_FWD_UNSTABLE_SIGMOID, SILU_FWD_FLOAT32_MATHS)
+SILU_FWD_BUGS = (SILU_FWD_NO_PROGRAM_ID, SILU_FWD_UNSTABLE_SIGMOID, SILU_FWD_FLOAT32_MATHS)
 
 
 @triton.jit
@@ -90,19 +89,13 @@ def _silu_fwd(x_ptr, y_ptr, n, BLOCK: tl.constexpr, BUG: tl.constexpr = None):
         pid = 0  # bug: every program computes the first block
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    if BUG == SILU_FWD_NO_MASK:
-        x = tl.load(x_ptr + offs)  # bug: no mask, the last block reads past the tensor
-    else:
-        x = tl.load(x_ptr + offs, mask=mask)
+    x = tl.load(x_ptr + offs, mask=mask)
     if BUG == SILU_FWD_FLOAT32_MATHS:
         x = x.to(tl.float32)  # bug: float64 inputs lose their precision
     s = tl.sigmoid(x)
     if BUG == SILU_FWD_UNSTABLE_SIGMOID:
         s = tl.exp(x) / (1 + tl.exp(x))  # bug: inf / inf = NaN for large x
-    if BUG == SILU_FWD_NO_MASK:
-        tl.store(y_ptr + offs, x * s)  # bug: and writes past it
-    else:
-        tl.store(y_ptr + offs, x * s, mask=mask)
+    tl.store(y_ptr + offs, x * s, mask=mask)
 
 
 def _silu(x, block=1024, bug=None):
@@ -227,9 +220,25 @@ def _silu_bwd_given_sigmoid(x_ptr, s_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr)
 
 
 # silu_forward(x) -----------------------------------------------------------------------------------------
-@wrong_("silu_forward", "loads and stores without a mask: the last block reads and writes past the tensor")
+@triton.jit
+def silu_no_mask_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets)  # bug: no mask, the last block reads past the tensor
+    z = tl.exp(-tl.abs(x))
+    s = tl.where(x >= 0, 1 / (1 + z), z / (1 + z))
+    tl.store(y_ptr + offsets, x * s)  # and writes past y
+
+
+@wrong_("silu_forward", "written out: loads and stores without a mask, so the last block reads and writes past the "
+                        "tensor", says="wrote outside")
 def silu_forward_no_mask(x):
-    return _silu(x, bug=SILU_FWD_NO_MASK)
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    BLOCK = 1024
+    silu_no_mask_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
+    return y
 
 
 @wrong_("silu_forward", "offsets without the program id: every program computes the first block")
@@ -557,17 +566,6 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK
         tl.store(y_ptr + y_offsets, y, mask=c < cols)
 
 
-@triton.jit
-def _rms_apply(x_ptr, w_ptr, rstd_ptr, y_ptr, cols, BLOCK: tl.constexpr):
-    """y = x * rstd * w for one row, rstd given."""
-    row = tl.program_id(0)
-    rstd = tl.load(rstd_ptr + row)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * cols + c, mask=c < cols)
-        tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols), mask=c < cols)
-
-
 def _rms_forward(x, weight, eps, block=256, contiguous=True, rstd=None, strides=None, bug=None):
     """Launch _rms_fwd, one program per row; `rstd`: the buffer to fill (default: (rows,), x's dtype);
     `strides`: the ones the kernel is told instead of x's; `bug`: one of RMS_FWD_BUGS."""
@@ -644,13 +642,27 @@ def rmsnorm_forward_no_program_id(x, weight, eps):
     return _rms_forward(x, weight, eps, bug=RMS_FWD_NO_PROGRAM_ID)
 
 
-@wrong_("rmsnorm_forward", "rstd in torch (x.pow(2).mean(-1) ...), a kernel only for y")
+@triton.jit
+def rmsnorm_scale_kernel(x_ptr, w_ptr, rstd_ptr, y_ptr, cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    rstd = tl.load(rstd_ptr + row)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * cols + c, mask=c < cols)
+        w = tl.load(w_ptr + c, mask=c < cols)
+        tl.store(y_ptr + row * cols + c, x * rstd * w, mask=c < cols)
+
+
+@wrong_("rmsnorm_forward", "written out: rstd in torch (x.pow(2).mean(-1) ...), a kernel only for y",
+        says="outside your kernel")
 def rmsnorm_forward_torch_rstd(x, weight, eps):
     x = x.contiguous()
-    rstd = torch.rsqrt(x.pow(2).mean(-1) + eps)
+    rows, cols = x.shape
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + eps)  # bug: torch maths outside the kernel
     y = torch.empty_like(x)
-    if x.shape[0]:
-        _rms_apply[(x.shape[0],)](x, weight, rstd, y, x.shape[1], BLOCK=256)
+    if rows == 0 or cols == 0:
+        return y, rstd
+    rmsnorm_scale_kernel[(rows,)](x, weight, rstd, y, cols, BLOCK=min(1024, triton.next_power_of_2(cols)))
     return y, rstd
 
 
@@ -785,6 +797,44 @@ def rmsnorm_backward_rstd_once(grad_out, x, weight, rstd):
 @wrong_("rmsnorm_backward", "other=1.0 in the masked loads of the row's sum of g w x")
 def rmsnorm_backward_other_one(grad_out, x, weight, rstd):
     return _rms_backward_rows(grad_out, x, weight, rstd, bug=RMS_BWD_OTHER_ONE)
+
+
+@triton.jit
+def rmsnorm_backward_no_other_kernel(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, cols, x_row, x_col,
+                                     BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    rstd = tl.load(rstd_ptr + row)
+    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        g = tl.load(g_ptr + row * cols + c, mask=c < cols)  # bug: no other=0.0 in the loads of the row's sum
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=c < cols)
+        w = tl.load(w_ptr + c, mask=c < cols)
+        acc += g * w * x
+    coupling = tl.sum(acc) * rstd * rstd * rstd / cols
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        mask = c < cols
+        g = tl.load(g_ptr + row * cols + c, mask=mask)
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=mask)
+        w = tl.load(w_ptr + c, mask=mask)
+        tl.store(dx_ptr + row * cols + c, rstd * g * w - coupling * x, mask=mask)
+        tl.atomic_add(dw_ptr + c, g * x * rstd, mask=mask)
+
+
+@wrong_("rmsnorm_backward", "written out: the loads of the row's sum of g w x have a mask and no other=, so on a GPU "
+                            "the masked-off lanes add whatever the registers held", says="NaN where PyTorch has none")
+def rmsnorm_backward_no_other(grad_out, x, weight, rstd):
+    grad_out, weight, rstd = grad_out.contiguous(), weight.contiguous(), rstd.contiguous()
+    rows, cols = x.shape
+    grad_x = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    grad_weight = torch.zeros(cols, dtype=x.dtype, device=x.device)
+    if rows == 0 or cols == 0:
+        return grad_x, grad_weight
+    BLOCK = min(1024, triton.next_power_of_2(cols))
+    rmsnorm_backward_no_other_kernel[(rows,)](grad_out, x, weight, rstd, grad_x, grad_weight, cols, x.stride(0),
+                                              x.stride(1), BLOCK=BLOCK)
+    return grad_x, grad_weight
 
 
 @wrong_("rmsnorm_backward", "grad_weight = sum of g x: forgets rstd")
