@@ -15,8 +15,8 @@ that kernel's own constants, defined above it and named after it (`SILU_FWD_NO_P
 Each kernel is launched with a bug only through its launcher (`_silu`, `_silu_grad`, `_rms_forward`,
 `_rms_grad_x`), which refuses another kernel's bug (`MisroutedBug`): no line of this kernel would match
 it, so it would compile the right kernel under a wrong entry's name (tests/test_mutants.py misroutes
-every entry's bugs to prove it). A few entries are written out whole, as learners write them (their
-labels begin "written out"): a kernel of their own above the function that launches it, the bug in place.
+every entry's bugs to prove it). Other entries are written out whole, as learners write them (labels that
+begin "written out", and the last section): a kernel of their own above the function that launches it.
 
 Some kernels here read and write past their tensors (no mask): Triton's interpreter does not fault on
 that, it corrupts memory. Launch them only through the checks, which hand out sentinel-padded buffers.
