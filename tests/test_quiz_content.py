@@ -1257,6 +1257,13 @@ torch.arange(12.0).reshape(3, 4).T.stride()
 moved = 2 * 2 ** 20 * 4
 moved / 2e12 * 1e6
 """,
+    ("09_kernels", "ridge-point"): """
+60e12 / 2e12
+""",
+    ("09_kernels", "silu-share-of-peak"): """
+intensity = 5 / (2 * torch.tensor(0.0).element_size())
+min(intensity * 3.35e12, 67e12) / 67e12 * 100
+""",
 }
 
 VERIFIERS = {
