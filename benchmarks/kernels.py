@@ -1,22 +1,28 @@
-"""Notebook 09's Triton kernels against eager PyTorch: bytes moved, time, achieved bandwidth, roofline.
+"""Notebook 09's Triton kernels against eager PyTorch, PyTorch's fused operators and torch.compile: bytes
+moved, time, bandwidth, share of the peak.
 
 Workload: one layer's activations as a transformer block of a small language model holds them,
 8192 tokens x 4096 features, float32 (128 MiB per tensor): SiLU (forward, then backward along an
-upstream gradient) and RMSNorm over the features (forward, then backward). Three implementations
+upstream gradient) and RMSNorm over the features (forward, then backward). Four implementations
 each: eager PyTorch as written from the formula (`x * torch.sigmoid(x)`; `x * rsqrt(mean(x^2) + eps)
-* w`), PyTorch's own operator (`F.silu`, `F.rms_norm`), and the reference solution's kernels
-(TritonSiLU, TritonRMSNorm), each backward through autograd.
+* w`), PyTorch's own fused operator (`F.silu`, `F.rms_norm`), `torch.compile` of the eager formula (the
+baseline a hand-written kernel must beat: Inductor fuses it into Triton kernels of its own), and the
+reference solution's kernels (TritonSiLU, TritonRMSNorm), each backward through autograd.
 
 Bytes moved are counted, not measured: a TorchDispatchMode adds up, for every ATen operation an
 implementation runs, the bytes of the tensors it reads and writes (what a kernel must move at
 least; caches can only lower what reaches DRAM for tensors small enough to stay in them, and these
 do not). For the reference's Triton kernels, a launch moves its tensor arguments once each.
+torch.compile's kernels are Inductor's own launches, which the counter does not see: its bytes are not counted.
 
 Only with CUDA: times (autograder.learner.timing: REPEATS interleaved rounds, median and middle half),
-achieved GB/s = bytes / time, and the share of the device's peak bandwidth (memory clock x bus width
-x 2 from the device's properties where torch reports them; else the measured bandwidth of a large
-device-to-device copy, and the output says which). Without CUDA the kernels run in Triton's
-interpreter, whose times mean nothing: the script prints the byte counts on a small input only.
+GB/s and the share of the device's peak bandwidth (memory clock x bus width x 2 from the device's
+properties where torch reports them; else the measured bandwidth of a large device-to-device copy, and
+the output says which). GB/s is the same yardstick for every implementation, as Triton's tutorials
+measure it: the bytes a fused pass must move (each input read once, each output written once, `least`)
+over the time, so its share of the peak is the share of the roofline's speed that the pass reaches.
+Without CUDA the kernels run in Triton's interpreter, whose times mean nothing, and torch.compile would
+write C++ for the CPU: the script prints the byte counts on a small input only, and says what needs a GPU.
 
 The reference is not copied here: the solution cells of solutions/09_kernels/09_kernels.ipynb are
 executed, the single source of the reference. Run from the repository root:
@@ -119,8 +125,9 @@ def bytes_moved(fn, x, w, g):
     return traffic.bytes
 
 
-def implementations(ref):
-    """{layer: {implementation: (forward, forward + backward)}}, each a function of (x, w, g)."""
+def implementations(ref, compiled):
+    """{layer: {implementation: (forward, forward + backward)}}, each a function of (x, w, g); with
+    `compiled`, torch.compile of the eager formula too."""
     def eager_silu(x, w):
         return x * torch.sigmoid(x)
 
@@ -134,14 +141,28 @@ def implementations(ref):
             forward(x, w).backward(g)
         return step
 
+    compile_silu = {"torch.compile": torch.compile(eager_silu)} if compiled else {}
+    compile_rms = {"torch.compile": torch.compile(eager_rms)} if compiled else {}
     layers = {
-        "SiLU": {"eager formula": eager_silu, "F.silu": lambda x, w: F.silu(x),
+        "SiLU": {"eager formula": eager_silu, "F.silu": lambda x, w: F.silu(x), **compile_silu,
                  "TritonSiLU (ours)": lambda x, w: ref["TritonSiLU"].apply(x)},
         "RMSNorm": {"eager formula": eager_rms, "F.rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS),
-                    "TritonRMSNorm (ours)": lambda x, w: ref["TritonRMSNorm"].apply(x, w, EPS)},
+                    **compile_rms, "TritonRMSNorm (ours)": lambda x, w: ref["TritonRMSNorm"].apply(x, w, EPS)},
     }
     return {layer: {name: (lambda x, w, g, f=f: f(x, w), both(f)) for name, f in impls.items()}
             for layer, impls in layers.items()}
+
+
+def least(layer, x, w):
+    """{pass: the bytes a fused implementation of `layer` must move}: each input read once, each output
+    written once; RMSNorm's forward keeps rstd (one value per row) for its backward."""
+    size, vector, rows = x.nbytes, w.nbytes, x.shape[0] * x.element_size()
+    if layer == "SiLU":
+        forward, backward = 2 * size, 3 * size  # x -> y; x, grad_out -> grad_x
+    else:
+        forward = 2 * size + vector + rows  # x, w -> y, rstd
+        backward = 3 * size + 2 * vector + rows  # grad_out, x, w, rstd -> grad_x, grad_w
+    return {"forward": forward, "forward + backward": forward + backward}
 
 
 def peak_bandwidth(device):
@@ -172,19 +193,26 @@ def main() -> int:
     if compiled:
         peak, how = peak_bandwidth(device)
         print(f"peak bandwidth: {peak / 1e9:.0f} GB/s ({how}); times: median (middle half) of {REPEATS} rounds")
+        print("GB/s: the bytes a fused pass must move (least) over the time, the same yardstick for every row")
     else:
-        print("Triton runs in its interpreter here: its times mean nothing, so only bytes are printed")
-    for layer, impls in implementations(ref).items():
-        print(f"\n{layer}")
+        print("Triton runs in its interpreter here: its times mean nothing, so only bytes are printed. Times, GB/s, "
+              "% of peak and the torch.compile baseline need a GPU (CUDA).")
+    for layer, impls in implementations(ref, compiled).items():
+        must = least(layer, x, w)
+        print(f"\n{layer}: a fused pass must move " + ", ".join(
+            f"{moved / (x.numel() * 4):.2f} sizes of x {label}" for label, moved in must.items()))
         print(f"{'implementation':<22}{'pass':<20}{'KiB moved':>12}{'in sizes of x':>15}"
               + (f"{'time':>26}{'GB/s':>8}{'of peak':>9}" if compiled else ""))
         for name, (forward, step) in impls.items():
             for label, fn in (("forward", forward), ("forward + backward", step)):
-                moved = bytes_moved(fn, x, w, g)
-                line = f"{name:<22}{label:<20}{moved / 2**10:>12,.0f}{moved / (x.numel() * 4):>15.2f}"
-                if compiled:
+                if name == "torch.compile":  # Inductor's launches: invisible to the counter
+                    line = f"{name:<22}{label:<20}{'not counted':>27}"
+                else:
+                    moved = bytes_moved(fn, x, w, g)
+                    line = f"{name:<22}{label:<20}{moved / 2**10:>12,.0f}{moved / (x.numel() * 4):>15.2f}"
+                if compiled:  # the first of its rounds compiles torch.compile's kernels; it is not timed
                     spread = wall_times({"run": lambda fn=fn: fn(x, w, g)}, repeats=REPEATS, device=device)["run"]
-                    rate = moved / spread.median
+                    rate = must[label] / spread.median
                     line += f"{spread.describe():>26}{rate / 1e9:>8.0f}{rate / peak:>9.0%}"
                 print(line)
     return 0
