@@ -52,7 +52,9 @@ def check_rules(exercise, run, shown, *, launches, why):
     if run.largest_block is not None and run.largest_block[1] > BLOCK_LIMIT:
         name, value = run.largest_block
         fail(exercise, f"launched a kernel with {name} = {value}: a block holds at most {BLOCK_LIMIT} elements here "
-                       "(a program's registers are finite; on a GPU a block that large spills or fails to compile). "
+                       "(the course's rule, not Triton's, which allows 1,048,576: a block lives in registers, and a "
+                       "larger one leaves fewer programs running at once on each streaming multiprocessor, or spills "
+                       "to slower memory). "
                        "Loop over the elements a block at a time inside the program, or launch more programs", shown)
     low, high = launches
     if run.launches < low:
