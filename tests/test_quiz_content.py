@@ -1266,6 +1266,70 @@ min(intensity * 3.35e12, 67e12) / 67e12 * 100
 """,
 }
 
+# --- 10_attention: each answer computed by PyTorch ------------------------------------------------------------------
+def _saved_attention_probabilities(heads, n, dtype):
+    """The bytes of the (1, heads, n, n) tensors eager attention saves for its backward (P), counted by a hook."""
+    q = torch.randn(1, heads, n, 8, dtype=dtype, requires_grad=True)
+    square = set()
+
+    def pack(t):
+        if tuple(t.shape[-2:]) == (n, n) and t.dtype == dtype:
+            square.add((t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        torch.softmax(q @ q.mT, dim=-1) @ q
+    return sum(nbytes for _, nbytes in square)
+
+
+def eager_p_mebibytes():
+    return _saved_attention_probabilities(4, 1024, torch.float32) / 2**20
+
+
+def p_gibibytes_at_8192():
+    """32 heads at 8192 positions in bfloat16: measured at 512 positions, then scaled by the square of the length
+    (a 4 GiB tensor is not made to answer a question)."""
+    return _saved_attention_probabilities(32, 512, torch.bfloat16) * (8192 / 512) ** 2 / 2**30
+
+
+def masked_score_for_no_weight():
+    """The score that gives a key no weight at all: exp of it is 0 in the softmax."""
+    score = -math.inf
+    weights = torch.softmax(torch.tensor([1.0, score]), dim=0)
+    assert weights[1] == 0 and weights[0] == 1
+    return str(score)
+
+
+def attention_ds_row_sum():
+    """The largest |row sum| of autograd's gradient of attention's scores, on random inputs."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(2, 5, 3, generator=g, dtype=torch.float64) for _ in range(4))
+    s = (q @ k.mT).requires_grad_()
+    (ds,) = torch.autograd.grad(torch.softmax(s, dim=-1) @ v, s, do)
+    return ds.sum(-1).abs().max().item()
+
+
+def two_score_lse():
+    return torch.logsumexp(torch.tensor([2.0, 0.0], dtype=torch.float64), dim=0).item()
+
+
+def softmax_row_d():
+    """D for one row both ways: P ∘ dP summed over the keys (dP by autograd), and dO ∘ O over the width."""
+    p = torch.tensor([0.5, 0.25, 0.25], dtype=torch.float64, requires_grad=True)
+    v = torch.tensor([[1.0, 0.0], [0.0, 2.0], [2.0, 1.0]], dtype=torch.float64)
+    (dp,) = torch.autograd.grad(p @ v, p, torch.tensor([1.0, -1.0], dtype=torch.float64))
+    o = (p @ v).detach()
+    from_p, from_o = (p.detach() * dp).sum().item(), (torch.tensor([1.0, -1.0], dtype=torch.float64) * o).sum().item()
+    assert math.isclose(from_p, from_o)
+    return from_p
+
+
+def online_running_sum_two_tiles():
+    """The running sum of (1, 3) then (5, 2) against the final max: what torch.logsumexp's max leaves."""
+    scores = torch.tensor([1.0, 3.0, 5.0, 2.0], dtype=torch.float64)
+    return torch.exp(torch.logsumexp(scores, dim=0) - scores.max()).item()
+
+
 VERIFIERS = {
     ("08_higher_order", "grad-mode-in-backward"): function_probe_grad_mode,
     ("08_higher_order", "create-graph-flag"): flag_that_records_backward,
@@ -1313,4 +1377,11 @@ VERIFIERS = {
     ("01_chain_rule", "sigmoid-backward-from-output"): sigmoid_from_output,
     ("01_chain_rule", "softmax-jacobian-entry"): softmax_jacobian_diagonal,
     ("01_chain_rule", "cross-entropy-batch-gradient"): batch_cross_entropy_entry,
+    ("10_attention", "eager-p-mebibytes"): eager_p_mebibytes,
+    ("10_attention", "p-gibibytes-real-model"): p_gibibytes_at_8192,
+    ("10_attention", "masked-score-value"): masked_score_for_no_weight,
+    ("10_attention", "ds-row-sum"): attention_ds_row_sum,
+    ("10_attention", "row-lse"): two_score_lse,
+    ("10_attention", "softmax-row-d"): softmax_row_d,
+    ("10_attention", "online-running-sum"): online_running_sum_two_tiles,
 }

@@ -150,6 +150,7 @@ RULES = {
     ("08_higher_order", "SmoothAbs"): NO_AUTOGRAD,
     **{("09_kernels", n): KERNEL_MATHS for n in ("silu_forward", "silu_backward", "TritonSiLU", "rmsnorm_forward",
                                                  "rmsnorm_backward", "TritonRMSNorm")},
+    **{("10_attention", n): NO_AUTOGRAD for n in ("attention_backward", "online_attention")},
 }
 
 

@@ -1,0 +1,84 @@
+"""Notebook 10's inputs: queries, keys and values of shape (B, H, N, d) and (B, H, M, d), drawn from a seed, and
+the layouts and stresses the curriculum's conventions name (heads transposed from (B, N, H, d), large logits).
+
+Sizes follow the graded API: B the batch, H the heads, N the queries, M the keys and values, d a head's width.
+A case is a dict of named inputs in the order the learner's function takes them; its layout is applied by
+`laid_out` where the answer runs, because a copy on the way (the trusted boundary) could make it contiguous.
+"""
+import torch
+import torch.nn.functional as F
+
+from autograder.learner import inputs
+
+LAYOUTS = ("contiguous", "heads-transposed")
+LARGE_LOGIT = 300.0  # the largest |score| of a large-logits case: exp of it overflows float32 (exp(89) is inf)
+
+
+def qkv(B, H, N, d, seed, M=None, dtype=torch.float64, large_logits=False):
+    """(q, k, v) drawn from `seed`; with `large_logits`, q and k scaled so that the largest |score| at scale
+    d ** -0.5 is LARGE_LOGIT."""
+    M = N if M is None else M
+    q = inputs.randn(B, H, N, d, seed=seed, dtype=torch.float64)
+    k = inputs.randn(B, H, M, d, seed=seed + 1, dtype=torch.float64)
+    v = inputs.randn(B, H, M, d, seed=seed + 2, dtype=torch.float64)
+    if large_logits:
+        factor = (LARGE_LOGIT / ((q @ k.mT) * d ** -0.5).abs().max()).sqrt()
+        q, k = q * factor, k * factor
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def sdpa64(q, k, v, scale, causal):
+    """PyTorch's attention in float64 (top-left causal mask: query i sees keys j <= i)."""
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, scale=scale)
+
+
+def backward_case(B, H, N, d, seed, M=None, dtype=torch.float64, causal=False, layout="contiguous",
+                  large_logits=False) -> dict:
+    """{q, k, v, o, do, scale, causal, layout} for `attention_backward`: o is PyTorch's output for q, k, v (computed
+    in float64, then rounded to `dtype`), do an upstream gradient drawn from the seed."""
+    _layout(layout, causal, N, M)
+    q, k, v = qkv(B, H, N, d, seed, M, dtype, large_logits)
+    scale = d ** -0.5
+    o = sdpa64(q, k, v, scale, causal).to(dtype)
+    do = inputs.randn(B, H, N, d, seed=seed + 3, dtype=dtype)
+    return {"q": q, "k": k, "v": v, "o": o, "do": do, "scale": scale, "causal": causal, "layout": layout}
+
+
+def online_case(B, H, N, d, seed, block, M=None, dtype=torch.float64, causal=False, layout="contiguous",
+                large_logits=False) -> dict:
+    """{q, k, v, scale, causal, block, layout} for `online_attention`."""
+    _layout(layout, causal, N, M)
+    q, k, v = qkv(B, H, N, d, seed, M, dtype, large_logits)
+    return {"q": q, "k": k, "v": v, "scale": d ** -0.5, "causal": causal, "block": block, "layout": layout}
+
+
+def _layout(layout, causal, N, M):
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout is one of {', '.join(LAYOUTS)}, not {layout!r}")
+    if causal and M is not None and M != N:
+        raise ValueError("a causal case has as many keys as queries (the curriculum's convention)")
+
+
+def visible(case, diagonal=0):
+    """The (N, M) mask of the keys each query sees under a causal mask shifted by `diagonal` (0: key j <= query i)."""
+    n, m = case["q"].shape[-2], case["k"].shape[-2]
+    return torch.ones(n, m, dtype=torch.bool, device=case["q"].device).tril(diagonal)
+
+
+def heads_transposed(t):
+    """`t` (B, H, L, d) with the same values, stored as a (B, L, H, d) tensor transposed: how attention's heads come
+    out of a projection of shape (B, L, H·d)."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2) if t.dim() == 4 else t
+
+
+def laid_out(case) -> list:
+    """The case's arguments as the learner's function takes them, every 4-D tensor in the case's layout."""
+    values = [v for name, v in case.items() if name != "layout"]
+    if case["layout"] == "heads-transposed":
+        values = [heads_transposed(v) if isinstance(v, torch.Tensor) else v for v in values]
+    return values
+
+
+def shown(case) -> dict:
+    """The case as a failure message shows it."""
+    return {name: value for name, value in case.items()}
