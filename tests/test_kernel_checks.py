@@ -1,7 +1,9 @@
 """autograder.checks.nb09_kernels: the guard marks the memory around inputs and allocations and sees every
 write there, counts launches, refuses torch maths outside a launch (and not Triton's own inside one);
 the checks accept kernels written here and name the slips of wrong ones. The notebook's catalogue of
-wrong and right answers is tests/mutants/nb09_kernels.py; these tests hold the guard itself.
+wrong and right answers is tests/mutants/nb09_kernels.py; these tests hold the guard itself, each input's
+own layout (`layouts`: a grad_out read with x's strides is named by grad_out's layout) and the half-precision
+cases (where a float16 or bfloat16 accumulator fails, and float32 sums pass).
 
 Kernels launch on the course's device (Triton's interpreter without CUDA: triton_setup.prepare() runs
 before triton is imported); the guard's memory tests also run on every device.
@@ -18,7 +20,8 @@ from triton.runtime.interpreter import InterpretedFunction, InterpreterBuilder  
 
 from autograder.checks import GradingError  # noqa: E402
 from autograder.checks import nb09_kernels as kc  # noqa: E402
-from autograder.checks.nb09_kernels import accesses, guard  # noqa: E402
+from autograder.checks.compare import TOLERANCES  # noqa: E402
+from autograder.checks.nb09_kernels import accesses, guard, layouts, rmsnorm  # noqa: E402
 from autograder.checks.nb09_kernels.verdicts import BLOCK_LIMIT, check_rules, check_tensor  # noqa: E402
 from autograder.learner.device import available_devices, get_device  # noqa: E402
 
@@ -339,3 +342,210 @@ def test_the_interpreter_s_memory_operations_are_watched_only_inside_the_guard()
     with guard.guarded():
         assert all(vars(InterpreterBuilder)[name] is not original for name, original in originals.items())
     assert {name: vars(InterpreterBuilder)[name] for name in accesses.MEMORY_OPS} == originals
+
+
+# --- each input in a layout of its own (issue 31) -----------------------------------------------------------
+@pytest.mark.parametrize("layout, expected", [("transposed", (1, 3)), ("expanded", (0, 1)),
+                                              ("non-contiguous", (16, 2))])
+def test_each_layout_keeps_the_values_in_marked_memory_with_its_own_strides(device, layout, expected):
+    t = torch.arange(12.0, device=device).reshape(3, 4)
+    if layout == "expanded":
+        t = t[:1].expand(3, 4)
+    region = layouts.laid_out("x", t, layout)
+    assert torch.equal(region.view, t) and region.view.stride() == expected and not region.view.is_contiguous()
+    assert not region.written_outside() and not region.changed()
+    region.buffer[guard.PAD - 1] = 0.0
+    assert region.written_outside()
+
+
+def test_an_expanded_grad_out_is_one_number_in_memory_and_a_weight_can_be_one_too():
+    ones = layouts.laid_out("grad_out", torch.ones(3, 5), "expanded")
+    assert ones.view.stride() == (0, 0) and torch.equal(ones.view, torch.ones(3, 5))
+    assert bool(torch.isnan(ones.buffer[guard.PAD + 1]))  # what follows the one number is marked
+    weight = kc.rmsnorm_case(3, 5, seed=1, stress="expanded", what="weight")["weight"]
+    assert layouts.strides(weight, "expanded") == (0,)
+    assert layouts.strides(torch.randn(3, 5), "expanded") == (5, 1)  # values that do not repeat stay apart
+    with pytest.raises(ValueError, match="two dimensions"):
+        layouts.strides(torch.ones(5), "transposed")
+
+
+@triton.jit
+def _rms_backward_one_block(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, cols, g_row, g_col, x_row, x_col,
+                            BLOCK: tl.constexpr):
+    """One row per program in one block; grad_weight by atomics."""
+    row = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    mask = c < cols
+    g = tl.load(g_ptr + row * g_row + c * g_col, mask=mask, other=0.0)
+    x = tl.load(x_ptr + row * x_row + c * x_col, mask=mask, other=0.0)
+    w = tl.load(w_ptr + c, mask=mask, other=0.0)
+    rstd = tl.load(rstd_ptr + row)
+    coupling = tl.sum(g * w * x) * rstd * rstd * rstd / cols
+    tl.store(dx_ptr + row * cols + c, rstd * g * w - coupling * x, mask=mask)
+    tl.atomic_add(dw_ptr + c, g * x * rstd, mask=mask)
+
+
+def rms_backward(grad_out, x, weight, rstd, grad_out_strides=None):
+    """RMSNorm's backward for float32 rows of at most 64 columns; `grad_out_strides`: the strides the kernel is
+    told for grad_out (its own by default)."""
+    weight, rstd = weight.contiguous(), rstd.contiguous()
+    rows, cols = x.shape
+    grad_x, grad_weight = torch.empty(x.shape), torch.zeros_like(weight)  # empty_like would copy x's layout
+    if rows:
+        _rms_backward_one_block[(rows,)](grad_out, x, weight, rstd, grad_x, grad_weight, cols,
+                                         *(grad_out_strides or grad_out.stride()), *x.stride(), BLOCK=64)
+    return grad_x, grad_weight
+
+
+def rms_backward_reading_grad_out_with_x_strides(grad_out, x, weight, rstd):
+    return rms_backward(grad_out, x, weight, rstd, grad_out_strides=x.stride())
+
+
+@pytest.mark.parametrize("layout, says", [
+    ("expanded", r"fails for an expanded grad_out .*strides \(0, 0\): one number in memory for every element, as the "
+                 r"grad_out that \.sum\(\)\.backward\(\) hands on.*grad_out.stride\(0\)"),
+    ("transposed", r"fails for a transposed grad_out .*strides \(1, 3\): stored column by column"),
+    ("non-contiguous", r"fails for a non-contiguous grad_out: grad_out has a layout of its own \(gaps between")])
+def test_a_backward_that_reads_grad_out_with_x_strides_fails_naming_grad_out_s_layout(layout, says):
+    case = kc.rmsnorm_case(3, 12, seed=1, stress=layout, what="grad_out")
+    kc.check_rmsnorm_backward("rmsnorm_backward", rms_backward, [kc.rmsnorm_case(3, 12, seed=2), case])
+    with pytest.raises(GradingError, match=f"(?s)^rmsnorm_backward: {says}") as failure:
+        kc.check_rmsnorm_backward("rmsnorm_backward", rms_backward_reading_grad_out_with_x_strides, [case])
+    assert "fails for a non-contiguous x" not in str(failure.value)
+
+
+def test_the_other_inputs_of_the_backward_are_tried_in_layouts_of_their_own():
+    cases = [kc.rmsnorm_case(3, 12, seed=3, stress="transposed"),
+             kc.rmsnorm_case(3, 12, seed=4, stress="expanded", what="weight"),
+             kc.rmsnorm_case(3, 12, seed=5, stress="non-contiguous", what="rstd")]
+    kc.check_rmsnorm_backward("rmsnorm_backward", rms_backward, cases)
+
+    def weight_as_it_is(grad_out, x, weight, rstd):
+        rows, cols = x.shape
+        grad_x, grad_weight = torch.empty(x.shape), torch.zeros(cols)
+        _rms_backward_one_block[(rows,)](grad_out, x, weight, rstd.contiguous(), grad_x, grad_weight, cols,
+                                         *grad_out.stride(), *x.stride(), BLOCK=64)
+        return grad_x, grad_weight
+
+    with pytest.raises(GradingError, match=r"fails for an expanded weight .*strides \(0,\)"):
+        kc.check_rmsnorm_backward("rmsnorm_backward", weight_as_it_is, cases[1:2])
+
+
+def test_the_grad_out_of_sum_backward_reaches_the_function_s_backward_expanded():
+    seen = []
+
+    class Recorded(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, eps):
+            rstd = torch.rsqrt(x.pow(2).mean(-1) + eps)
+            ctx.save_for_backward(x, weight, rstd)
+            return x * rstd[:, None] * weight
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            seen.append(grad_out.stride())
+            return *rms_backward(grad_out, *ctx.saved_tensors), None
+
+    case = kc.rmsnorm_case(3, 12, seed=6, stress="expanded", what="grad_out")
+    with pytest.raises(GradingError, match="launched no Triton kernel"):  # its forward computes in torch
+        kc.check_triton_rmsnorm("TritonRMSNorm", Recorded, [case])
+    assert seen == [(0, 0)]
+
+
+# --- half precision (issue 31) -----------------------------------------------------------------------------
+@triton.jit
+def _rms_forward_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, x_row, x_col, eps, BLOCK: tl.constexpr,
+                        ACC: tl.constexpr):
+    """One program per row, its sums in ACC."""
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=ACC)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=c < cols, other=0.0).to(ACC)
+        acc += x * x
+    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
+    tl.store(rstd_ptr + row, rstd)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=c < cols).to(ACC)
+        tl.store(y_ptr + row * cols + c, x * rstd * tl.load(w_ptr + c, mask=c < cols).to(ACC), mask=c < cols)
+
+
+def rms_forward(x, weight, eps, acc=None, rstd_dtype=None):
+    """RMSNorm's forward summing in `acc` (by default float32, float64 for float64), rstd in `rstd_dtype` (by
+    default the same)."""
+    wide = x.dtype == torch.float64
+    acc = acc or (tl.float64 if wide else tl.float32)
+    y = torch.empty(x.shape, dtype=x.dtype)
+    rstd = torch.empty(x.shape[0], dtype=rstd_dtype or (torch.float64 if wide else torch.float32))
+    if x.numel():
+        _rms_forward_kernel[(x.shape[0],)](x, weight.contiguous(), y, rstd, x.shape[1], *x.stride(), eps, BLOCK=256,
+                                           ACC=acc)
+    return y, rstd
+
+
+HALF_CASES = [kc.rmsnorm_case(3, 40, seed=7, stress="float16"), kc.rmsnorm_case(2, 8, seed=8, stress="bfloat16")]
+
+
+def test_half_precision_cases_are_where_a_half_precision_accumulator_fails():
+    x16, x_bf16 = HALF_CASES[0]["x"], HALF_CASES[1]["x"]
+    assert x16.dtype == torch.float16 and bool((x16.float().abs() > 256).any(1).all())  # x * x overflows each row
+    assert x_bf16.dtype == torch.bfloat16 and x_bf16.shape[1] == BLOCK_LIMIT + rmsnorm.long_row_tail(get_device())
+    g16 = HALF_CASES[0]["g"].float()
+    assert bool(((g16 * x16.float()).sum(1) > torch.finfo(torch.float16).max).all())  # the backward's sum overflows
+
+
+@pytest.mark.parametrize("block", [256, 1024, BLOCK_LIMIT])
+def test_on_a_gpu_a_bfloat16_running_sum_of_a_long_row_misses_by_more_than_bfloat16_s_tolerance(block):
+    """What a GPU computes with a bfloat16 accumulator (every addition rounded to bfloat16; torch's bfloat16
+    arithmetic rounds the same way) over the row a GPU is given: lanes of `block`, then their sum."""
+    size = torch.cat([torch.full((BLOCK_LIMIT,), 16.0), torch.ones(rmsnorm.long_row_tail("cuda"))])
+    squares = (size * size).to(torch.bfloat16)
+    lanes = torch.zeros(block, dtype=torch.bfloat16)
+    for start in range(0, squares.numel(), block):
+        lanes += squares[start:start + block]
+    got, exact = lanes.sum(dtype=torch.bfloat16).double(), squares.double().sum()
+    assert (exact / got).sqrt() - 1 > 1.5 * TOLERANCES[torch.bfloat16][0]  # rstd off by more than the tolerance
+
+
+def test_a_half_precision_accumulator_fails_in_both_half_dtypes_and_float32_sums_pass():
+    kc.check_rmsnorm_forward("rmsnorm_forward", rms_forward, HALF_CASES)
+    with pytest.raises(GradingError, match=r"(?s)fails for a float16 x with \|x\| in the hundreds: a half-precision "
+                                           r"accumulator.*rstd is 0 for rows whose squares overflow float16"):
+        kc.check_rmsnorm_forward("rmsnorm_forward", lambda x, w, eps: rms_forward(x, w, eps, acc=tl.float16),
+                                 HALF_CASES[:1])
+    with pytest.raises(GradingError, match="fails for a bfloat16 x with long rows: a half-precision accumulator"):
+        kc.check_rmsnorm_forward("rmsnorm_forward", lambda x, w, eps: rms_forward(x, w, eps, acc=tl.bfloat16),
+                                 HALF_CASES[1:])
+
+
+def test_an_rstd_kept_in_half_precision_is_named():
+    with pytest.raises(GradingError, match=r"rstd is torch.float16, x's dtype: keep rstd in float32"):
+        kc.check_rmsnorm_forward("rmsnorm_forward", lambda x, w, eps: rms_forward(x, w, eps, rstd_dtype=x.dtype),
+                                 HALF_CASES[:1])
+
+
+@triton.jit
+def _silu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, WIDEN: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < n)
+    if WIDEN:
+        x = x.to(tl.float32)
+    tl.store(y_ptr + offsets, x * tl.sigmoid(x), mask=offsets < n)
+
+
+def silu(x, widen=True):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    if x.numel():
+        _silu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024, WIDEN=widen)
+    return y
+
+
+@pytest.mark.parametrize("stress", ["float16", "bfloat16"])
+def test_silu_in_half_precision_computes_in_float32(stress):
+    case = kc.silu_case((1000,), seed=9, stress=stress)
+    kc.check_silu_forward("silu_forward", silu, [case])
+    with pytest.raises(GradingError, match=f"fails for a {stress} x: tl.exp, tl.sqrt and the other maths functions "
+                                           "take float32 or float64"):
+        kc.check_silu_forward("silu_forward", lambda x: silu(x, widen=False), [case])

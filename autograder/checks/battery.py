@@ -4,7 +4,8 @@ that says which of them broke an answer.
 An answer can match PyTorch on friendly random inputs and still be wrong: a one-pass variance
 (E[x²] - E[x]²) that loses every digit in float32 when a column's mean is large, a softmax that
 overflows on large logits, a `.view` that fails on a strided gradient, a `.squeeze()` that drops
-a batch of one, a formula that is 0/0 at x = 0, a backward that cannot be differentiated again.
+a batch of one, a formula that is 0/0 at x = 0, a backward that cannot be differentiated again, a
+sum kept in float16 or bfloat16 that overflows or stops growing.
 The checks of every notebook draw such inputs from here (`large_mean`, `large_logits`,
 `special_points`, `non_contiguous`, `transposed`, `expanded`, `batch_of_one`) and run each one
 inside `trying(exercise, stress)`, so that a failure says which input broke the answer and the
@@ -29,6 +30,9 @@ STRESSES = {
     "batch-of-one": "a batch of one",
     "non-contiguous": "a non-contiguous {what}",
     "expanded": "an expanded {what} (a view whose rows share memory)",
+    "transposed": "a transposed {what} (stored column by column)",
+    "float16": "a float16 {what}",
+    "bfloat16": "a bfloat16 {what}",
     "create-graph": "backward(create_graph=True)",
     "empty": "an empty {what} (no elements)",
     "width-one": "rows of width 1",
@@ -49,6 +53,24 @@ _ADVICE = (
     ("expanded", r"view size is not compatible", ".view needs contiguous memory; use .reshape"),
     ("expanded", r"", "an expanded input repeats one row without copying it (stride 0): do not assume each row "
                       "has memory of its own"),
+    ("transposed", r"", "a transposed input is stored column by column: pass its own strides to a kernel, or call "
+                        ".contiguous() first; .view needs contiguous memory (use .reshape)"),
+    ("float16", r"has dtype", "return each result in the input's dtype: allocate it with torch.empty_like(x), or "
+                              "with dtype=x.dtype"),
+    ("float16", r"Expected dtype", "tl.exp, tl.sqrt and the other maths functions take float32 or float64: convert "
+                                   "after loading (x.to(tl.float32)), compute in float32, and store"),
+    ("float16", r"", "a half-precision accumulator: float16 holds at most 65504 (x * x is inf once |x| > 256) and "
+                     "about 3 significant digits. Load in float16, convert to float32 after the load, accumulate "
+                     "and compute in float32, and store the result in float16"),
+    ("bfloat16", r"has dtype", "return each result in the input's dtype: allocate it with torch.empty_like(x), or "
+                               "with dtype=x.dtype"),
+    ("bfloat16", r"Expected dtype", "tl.exp, tl.sqrt and the other maths functions take float32 or float64: "
+                                    "convert after loading (x.to(tl.float32)), compute in float32, and store"),
+    ("bfloat16", r"", "a half-precision accumulator: bfloat16 keeps 8 significant bits, so a running sum stops "
+                      "growing once it is 256 times what it adds (and Triton's CPU interpreter holds bfloat16 as "
+                      "16-bit integers, so its bfloat16 arithmetic is wrong altogether). Load in bfloat16, convert "
+                      "to float32 after the load, accumulate and compute in float32, and store the result in "
+                      "bfloat16"),
     ("float32-large-mean", r"NaN|nan|inf",
      "cancellation in float32: a variance computed as E[x²] - E[x]² loses every digit when the mean is large; "
      "subtract the mean first, then square"),

@@ -73,6 +73,15 @@ def _elementwise(kernel, *tensors, block=1024, **constexprs):
     return _launch(kernel, *tensors, out=torch.empty_like(tensors[0]), block=block, **constexprs)
 
 
+@triton.jit
+def _wide(x):
+    """x in the dtype the kernels below compute in: float16 and bfloat16 widened to float32, float32 and float64
+    as they are (the right kernels load through it; tl.store converts back)."""
+    if x.dtype == tl.float16 or x.dtype == tl.bfloat16:
+        x = x.to(tl.float32)
+    return x
+
+
 # SiLU kernels --------------------------------------------------------------------------------------------
 # _silu_fwd's bugs (constexpr globals: a kernel may read no other kind)
 SILU_FWD_NO_PROGRAM_ID = tl.constexpr("_silu_fwd: no program id")
@@ -89,7 +98,7 @@ def _silu_fwd(x_ptr, y_ptr, n, BLOCK: tl.constexpr, BUG: tl.constexpr = None):
         pid = 0  # bug: every program computes the first block
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
+    x = _wide(tl.load(x_ptr + offs, mask=mask))
     if BUG == SILU_FWD_FLOAT32_MATHS:
         x = x.to(tl.float32)  # bug: float64 inputs lose their precision
     s = tl.sigmoid(x)
@@ -122,8 +131,8 @@ def _silu_bwd(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr, BUG: tl.constexpr = 
         x = tl.load(x_ptr + offs)  # bug: no mask, the last block reads past the tensors
         g = tl.load(g_ptr + offs)
     else:
-        x = tl.load(x_ptr + offs, mask=mask)
-        g = tl.load(g_ptr + offs, mask=mask)
+        x = _wide(tl.load(x_ptr + offs, mask=mask))
+        g = _wide(tl.load(g_ptr + offs, mask=mask))
     s = tl.sigmoid(x)
     if BUG == SILU_BWD_UNSTABLE_SIGMOID:
         s = tl.exp(x) / (1 + tl.exp(x))  # bug: inf / inf = NaN for large x
@@ -157,7 +166,7 @@ def _silu_fwd_two_branch(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     """y = x * sigmoid(x), the sigmoid in two branches from exp(-|x|)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
+    x = _wide(tl.load(x_ptr + offs, mask=mask))
     tl.store(y_ptr + offs, x * _stable_sigmoid(x), mask=mask)
 
 
@@ -166,9 +175,9 @@ def _silu_bwd_from_y(x_ptr, g_ptr, dx_ptr, n, BLOCK: tl.constexpr):
     """dx = g * (s + y (1 - s)) with y = x s: silu' written from y, the sigmoid in two branches."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
+    x = _wide(tl.load(x_ptr + offs, mask=mask))
     s = _stable_sigmoid(x)
-    tl.store(dx_ptr + offs, tl.load(g_ptr + offs, mask=mask) * (s + x * s * (1 - s)), mask=mask)
+    tl.store(dx_ptr + offs, _wide(tl.load(g_ptr + offs, mask=mask)) * (s + x * s * (1 - s)), mask=mask)
 
 
 
@@ -182,7 +191,7 @@ def _silu_fwd_strided(x_ptr, y_ptr, n, size1, size2, size3, stride0, stride1, st
     i2 = (offs // size3) % size2
     i1 = (offs // (size3 * size2)) % size1
     i0 = offs // (size3 * size2 * size1)
-    x = tl.load(x_ptr + i0 * stride0 + i1 * stride1 + i2 * stride2 + i3 * stride3, mask=mask)
+    x = _wide(tl.load(x_ptr + i0 * stride0 + i1 * stride1 + i2 * stride2 + i3 * stride3, mask=mask))
     tl.store(y_ptr + offs, x * tl.sigmoid(x), mask=mask)
 
 
@@ -322,6 +331,8 @@ def silu_formula_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     x = tl.load(x_ptr + offsets, mask=mask)
+    if x.dtype != tl.float64:
+        x = x.to(tl.float32)  # float16 and bfloat16 computed in float32
     y = x / (1 + tl.exp(-x))  # exp(-x) is inf for very negative x, and x / inf = 0
     tl.store(y_ptr + offsets, y, mask=mask)
 
@@ -538,10 +549,10 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK
     pad = 0.0
     if BUG == RMS_FWD_OTHER_ONE:
         pad = 1.0  # bug: each padding lane adds 1 to the sum of squares
-    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    acc = _wide(tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty))
     for start in range(0, end, BLOCK):
         c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_row + c * stride_c, mask=c < cols, other=pad)
+        x = _wide(tl.load(x_row + c * stride_c, mask=c < cols, other=pad))
         if BUG == RMS_FWD_CENTRED:
             x = tl.where(c < cols, x - mean, 0.0)
         acc += x * x
@@ -556,8 +567,8 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK
     tl.store(rstd_ptr + row, rstd)
     for start in range(0, end, BLOCK):
         c = start + tl.arange(0, BLOCK)
-        x = tl.load(x_row + c * stride_c, mask=c < cols)
-        y = x * rstd * tl.load(w_ptr + c, mask=c < cols)
+        x = _wide(tl.load(x_row + c * stride_c, mask=c < cols))
+        y = x * rstd * _wide(tl.load(w_ptr + c, mask=c < cols))
         if BUG == RMS_FWD_NO_WEIGHT:
             y = x * rstd  # bug: forgets the weight
         y_offsets = row * cols + c
@@ -567,13 +578,14 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, stride_r, stride_c, eps, BLOCK
 
 
 def _rms_forward(x, weight, eps, block=256, contiguous=True, rstd=None, strides=None, bug=None):
-    """Launch _rms_fwd, one program per row; `rstd`: the buffer to fill (default: (rows,), x's dtype);
-    `strides`: the ones the kernel is told instead of x's; `bug`: one of RMS_FWD_BUGS."""
+    """Launch _rms_fwd, one program per row; `rstd`: the buffer to fill (default: (rows,), the accumulator's
+    dtype); `strides`: the ones the kernel is told instead of x's; `bug`: one of RMS_FWD_BUGS."""
     if contiguous:
         x = x.contiguous()
+    weight = weight.contiguous()
     rows, cols = x.shape
     y = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
-    rstd = torch.empty(rows, dtype=x.dtype, device=x.device) if rstd is None else rstd
+    rstd = torch.empty(rows, dtype=_accumulator(x.dtype), device=x.device) if rstd is None else rstd
     if rows:
         _rms_fwd[(rows,)](x, weight, y, rstd, cols, *(strides or x.stride()), eps, BLOCK=block,
                           BUG=_own(RMS_FWD_BUGS, bug))
@@ -704,21 +716,21 @@ def _rms_bwd(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, rows, cols, stride_r
         row = p * ROWS + r
         if row < rows:
             x_row = x_ptr + row * stride_r
-            rstd = tl.load(rstd_ptr + row)
-            dot = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+            rstd = _wide(tl.load(rstd_ptr + row))
+            dot = _wide(tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty))
             for start in range(0, cols, BLOCK):
                 c = start + tl.arange(0, BLOCK)
-                x = tl.load(x_row + c * stride_c, mask=c < cols, other=pad)
-                g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=pad)
-                dot += g * tl.load(w_ptr + c, mask=c < cols, other=pad) * x
+                x = _wide(tl.load(x_row + c * stride_c, mask=c < cols, other=pad))
+                g = _wide(tl.load(g_ptr + row * cols + c, mask=c < cols, other=pad))
+                dot += g * _wide(tl.load(w_ptr + c, mask=c < cols, other=pad)) * x
             k = rstd * rstd * rstd * tl.sum(dot) / cols
             if BUG == RMS_BWD_RSTD_ONCE:
                 k = rstd * tl.sum(dot) / cols  # bug: the mean term scaled by rstd, not rstd^3
             for start in range(0, cols, BLOCK):
                 c = start + tl.arange(0, BLOCK)
-                x = tl.load(x_row + c * stride_c, mask=c < cols, other=0.0)
-                g = tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0)
-                dx = rstd * g * tl.load(w_ptr + c, mask=c < cols)
+                x = _wide(tl.load(x_row + c * stride_c, mask=c < cols, other=0.0))
+                g = _wide(tl.load(g_ptr + row * cols + c, mask=c < cols, other=0.0))
+                dx = rstd * g * _wide(tl.load(w_ptr + c, mask=c < cols))
                 if BUG != RMS_BWD_NO_MEAN_TERM:  # the bug drops the mean term
                     dx -= x * k
                 tl.store(dx_ptr + row * cols + c, dx, mask=c < cols)
@@ -752,7 +764,7 @@ def _cast(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
 def _rms_grad_x(grad_out, x, weight, rstd, dw, rows_per_program=1, block=256, strides=None, atomic=False, bug=None):
     """grad_x by one launch of _rms_bwd, which adds grad_weight's terms into `dw` (by atomics with `atomic`);
     `strides`: the ones the kernel is told instead of x's; `bug`: one of RMS_BWD_BUGS."""
-    grad_out = grad_out.contiguous()
+    grad_out, weight, rstd = grad_out.contiguous(), weight.contiguous(), rstd.contiguous()
     rows, cols = x.shape
     grad_x = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
     if rows:
@@ -773,7 +785,7 @@ def _sum_partials(partial, weight, block=256):
 def _rms_backward_rows(grad_out, x, weight, rstd, first_only=False, bug=None):
     """One row per program, each with its own row of partial sums of grad_weight, reduced by a second kernel
     (`first_only`: or grad_weight is the first program's partial sum)."""
-    partial = torch.zeros(x.shape, dtype=weight.dtype, device=x.device)
+    partial = torch.zeros(x.shape, dtype=_accumulator(weight.dtype), device=x.device)
     grad_x = _rms_grad_x(grad_out, x.contiguous(), weight, rstd, partial, bug=bug)
     return grad_x, partial[0] if first_only else _sum_partials(partial, weight)
 
@@ -1134,3 +1146,236 @@ def rmsnorm_backward_partials_in_empty(grad_out, x, weight, rstd):
                                        BLOCK=min(triton.next_power_of_2(cols), 1024))
     _rms_sum_partials[(triton.cdiv(cols, 128),)](partial, grad_weight, programs, cols, BLOCK=128)
     return grad_x, grad_weight
+
+
+# Each input in its own layout, and half precision (issue 31) ------------------------------------------------
+@triton.jit
+def rmsnorm_backward_x_strides_kernel(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, cols, x_row, x_col,
+                                      ACC: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    rstd = tl.load(rstd_ptr + row).to(ACC)
+    dot = tl.zeros([BLOCK], dtype=ACC)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        mask = c < cols
+        g = tl.load(g_ptr + row * x_row + c * x_col, mask=mask, other=0.0).to(ACC)  # bug: grad_out with x's strides
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=mask, other=0.0).to(ACC)
+        w = tl.load(w_ptr + c, mask=mask, other=0.0).to(ACC)
+        dot += g * w * x
+    coupling = tl.sum(dot) * rstd * rstd * rstd / cols
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        mask = c < cols
+        g = tl.load(g_ptr + row * x_row + c * x_col, mask=mask).to(ACC)
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=mask).to(ACC)
+        w = tl.load(w_ptr + c, mask=mask).to(ACC)
+        tl.store(dx_ptr + row * cols + c, rstd * g * w - coupling * x, mask=mask)
+        tl.atomic_add(dw_ptr + c, g * x * rstd, mask=mask)
+
+
+@wrong_("rmsnorm_backward", "written out: reads grad_out with x's strides, right while both share one layout; the "
+                            "grad_out of .sum().backward() is one number expanded (strides (0, 0)), and the kernel "
+                            "reads past it", says="fails for an expanded grad_out")
+def rmsnorm_backward_grad_out_with_x_strides(grad_out, x, weight, rstd):
+    weight, rstd = weight.contiguous(), rstd.contiguous()
+    rows, cols = x.shape
+    wide = x.dtype == torch.float64
+    grad_x = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    total = torch.zeros(cols, dtype=torch.float64 if wide else torch.float32, device=x.device)
+    if rows and cols:
+        rmsnorm_backward_x_strides_kernel[(rows,)](grad_out, x, weight, rstd, grad_x, total, cols, x.stride(0),
+                                                   x.stride(1), ACC=tl.float64 if wide else tl.float32,
+                                                   BLOCK=min(triton.next_power_of_2(cols), 1024))
+    return grad_x, total.to(x.dtype)
+
+
+@wrong_("TritonRMSNorm", "written out: its backward reads grad_out with x's strides (the rmsnorm_backward above), so "
+                         "TritonRMSNorm.apply(x, w, eps).sum().backward() reads past the one number grad_out holds",
+        says="fails for an expanded grad_out")
+class TritonRMSNormGradOutWithXStrides(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        y, rstd = rmsnorm_forward(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, rstd = ctx.saved_tensors
+        grad_x, grad_weight = rmsnorm_backward_grad_out_with_x_strides(grad_out, x, weight, rstd)
+        return grad_x, grad_weight, None
+
+
+@triton.jit
+def rmsnorm_forward_input_dtype_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, x_row, x_col, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)  # bug: float16 and bfloat16 rows summed in float16, bfloat16
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=c < cols, other=0.0)
+        acc += x * x
+    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
+    tl.store(rstd_ptr + row, rstd)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        mask = c < cols
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=mask)
+        w = tl.load(w_ptr + c, mask=mask)
+        tl.store(y_ptr + row * cols + c, x * rstd * w, mask=mask)
+
+
+@wrong_("rmsnorm_forward", "written out: the sum of squares in x's dtype (tl.zeros with dtype=x_ptr.dtype.element_ty), "
+                           "a half-precision accumulator for float16 and bfloat16 rows: 300 * 300 overflows float16",
+        says="half-precision accumulator")
+def rmsnorm_forward_input_dtype_accumulator(x, weight, eps):
+    weight = weight.contiguous()
+    rows, cols = x.shape
+    y = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    rstd = torch.empty(rows, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32, device=x.device)
+    if rows and cols:
+        rmsnorm_forward_input_dtype_kernel[(rows,)](x, weight, y, rstd, cols, x.stride(0), x.stride(1), eps,
+                                                    BLOCK=min(triton.next_power_of_2(cols), 1024))
+    return y, rstd
+
+
+@triton.jit
+def rmsnorm_backward_input_dtype_kernel(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, cols, x_row, x_col,
+                                        BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    rstd = tl.load(rstd_ptr + row).to(x_ptr.dtype.element_ty)  # bug: rstd, and every sum below, in x's dtype
+    dot = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        mask = c < cols
+        g = tl.load(g_ptr + row * cols + c, mask=mask, other=0.0)
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=mask, other=0.0)
+        dot += g * tl.load(w_ptr + c, mask=mask, other=0.0) * x
+    coupling = tl.sum(dot) * rstd * rstd * rstd / cols
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        mask = c < cols
+        g = tl.load(g_ptr + row * cols + c, mask=mask)
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=mask)
+        tl.store(dx_ptr + row * cols + c, rstd * g * tl.load(w_ptr + c, mask=mask) - coupling * x, mask=mask)
+        tl.atomic_add(dw_ptr + c, g * x * rstd, mask=mask)
+
+
+@wrong_("rmsnorm_backward", "written out: rstd and the row's sum of g w x in x's dtype, a half-precision accumulator "
+                            "for float16 rows, where the sum overflows and rstd cubed underflows",
+        says="half-precision accumulator")
+def rmsnorm_backward_input_dtype_accumulator(grad_out, x, weight, rstd):
+    grad_out, weight, rstd = grad_out.contiguous(), weight.contiguous(), rstd.contiguous()
+    rows, cols = x.shape
+    grad_x = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    grad_weight = torch.zeros(cols, dtype=x.dtype, device=x.device)
+    if rows and cols:
+        rmsnorm_backward_input_dtype_kernel[(rows,)](grad_out, x, weight, rstd, grad_x, grad_weight, cols,
+                                                     x.stride(0), x.stride(1),
+                                                     BLOCK=min(triton.next_power_of_2(cols), 1024))
+    return grad_x, grad_weight
+
+
+@triton.jit
+def silu_input_dtype_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)  # bug: computes in x's dtype, float16 and bfloat16 included
+    z = tl.exp(-tl.abs(x))
+    tl.store(y_ptr + offsets, x * tl.where(x >= 0, 1 / (1 + z), z / (1 + z)), mask=mask)
+
+
+@wrong_("silu_forward", "written out: computes in x's dtype; tl.exp takes only float32 and float64, so float16 fails",
+        says="fails for a float16 x")
+def silu_forward_input_dtype(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    if x.numel():
+        silu_input_dtype_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+@triton.jit
+def rmsnorm_forward_weight_strided_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, x_row, x_col, w_step, eps,
+                                          BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=rstd_ptr.dtype.element_ty)  # rstd's dtype: float32, or float64 for float64 x
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=c < cols, other=0.0).to(rstd_ptr.dtype.element_ty)
+        acc += x * x
+    rstd = 1 / tl.sqrt(tl.sum(acc) / cols + eps)
+    tl.store(rstd_ptr + row, rstd)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        mask = c < cols
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=mask).to(rstd_ptr.dtype.element_ty)
+        w = tl.load(w_ptr + c * w_step, mask=mask).to(rstd_ptr.dtype.element_ty)
+        tl.store(y_ptr + row * cols + c, x * rstd * w, mask=mask)
+
+
+@right_("rmsnorm_forward", "written out: x and weight read through their own strides, no copy; the sums in rstd's "
+                           "dtype, float32 (float64 for float64)")
+def rmsnorm_forward_weight_strided(x, weight, eps):
+    rows, cols = x.shape
+    y = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    rstd = torch.empty(rows, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32, device=x.device)
+    if rows and cols:
+        rmsnorm_forward_weight_strided_kernel[(rows,)](x, weight, y, rstd, cols, x.stride(0), x.stride(1),
+                                                       weight.stride(0), eps,
+                                                       BLOCK=min(triton.next_power_of_2(cols), 512))
+    return y, rstd
+
+
+@triton.jit
+def rmsnorm_backward_own_strides_kernel(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, cols, g_row, g_col, x_row,
+                                        x_col, w_step, rstd_step, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    rstd = tl.load(rstd_ptr + row * rstd_step).to(ACC)
+    dot = tl.zeros([BLOCK], dtype=ACC)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        mask = c < cols
+        g = tl.load(g_ptr + row * g_row + c * g_col, mask=mask, other=0.0).to(ACC)
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=mask, other=0.0).to(ACC)
+        dot += g * tl.load(w_ptr + c * w_step, mask=mask, other=0.0).to(ACC) * x
+    coupling = tl.sum(dot) * rstd * rstd * rstd / cols
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        mask = c < cols
+        g = tl.load(g_ptr + row * g_row + c * g_col, mask=mask).to(ACC)
+        x = tl.load(x_ptr + row * x_row + c * x_col, mask=mask).to(ACC)
+        w = tl.load(w_ptr + c * w_step, mask=mask).to(ACC)
+        tl.store(dx_ptr + row * cols + c, rstd * g * w - coupling * x, mask=mask)
+        tl.atomic_add(dw_ptr + c, g * x * rstd, mask=mask)
+
+
+@right_("rmsnorm_backward", "written out: every input read through its own strides, no copy (an expanded grad_out "
+                            "too); grad_weight by tl.atomic_add into zeroed float32 (float64 for float64)")
+def rmsnorm_backward_own_strides(grad_out, x, weight, rstd):
+    rows, cols = x.shape
+    wide = x.dtype == torch.float64
+    grad_x = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    total = torch.zeros(cols, dtype=torch.float64 if wide else torch.float32, device=x.device)
+    if rows and cols:
+        rmsnorm_backward_own_strides_kernel[(rows,)](grad_out, x, weight, rstd, grad_x, total, cols,
+                                                     grad_out.stride(0), grad_out.stride(1), x.stride(0),
+                                                     x.stride(1), weight.stride(0), rstd.stride(0),
+                                                     ACC=tl.float64 if wide else tl.float32,
+                                                     BLOCK=min(triton.next_power_of_2(cols), 1024))
+    return grad_x, total.to(x.dtype)
+
+
+@right_("TritonRMSNorm", "written out: the two functions above, which read every input through its own strides: "
+                         "backward takes grad_out as autograd hands it, expanded after .sum()")
+class TritonRMSNormOwnStrides(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        y, rstd = rmsnorm_forward_weight_strided(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, rstd = ctx.saved_tensors
+        grad_x, grad_weight = rmsnorm_backward_own_strides(grad_out, x, weight, rstd)
+        return grad_x, grad_weight, None

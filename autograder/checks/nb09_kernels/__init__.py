@@ -7,14 +7,17 @@ A package, because a kernel is judged in two ways:
   launches are counted and torch maths outside the kernel is recorded (`KernelRun`);
 - `verdicts`: what that record says, in the learner's terms (a store without a mask, elements never
   written, NaN loaded from outside an input, torch maths, too many launches), then the values;
+- `layouts`: each tensor input in marked memory in a layout of its own (`run_laid_out`, the driver);
 - `functions`: the autograd Functions run as autograd runs them (`FunctionRun`), gradcheck included;
 - `silu`, `rmsnorm`: the cases and the checks the grade cells call.
 
 Hidden tests try where right-looking kernels break, through `autograder.checks.battery`'s stresses:
-sizes that are not a multiple of the block, "empty" inputs, "non-contiguous" x with gaps, float32
-and float64, the "special-points" of the sigmoid (0, tiny, ±1, ±100, ±1e4), "width-one" rows, "wide-rows"
-wider than `verdicts.BLOCK_LIMIT`, a "batch-of-one". References are PyTorch's (`F.silu`, `F.rms_norm`,
-autograd).
+sizes that are not a multiple of the block, "empty" inputs, each tensor input (x, weight, grad_out,
+rstd) "non-contiguous" with gaps, "transposed" or "expanded" while the others are not (the grad_out of
+`.sum().backward()` is one number expanded), float32 and float64, then "float16" and "bfloat16" at
+their own tolerance on rows where a half-precision accumulator fails, the "special-points" of the
+sigmoid (0, tiny, ±1, ±100, ±1e4), "width-one" rows, "wide-rows" wider than `verdicts.BLOCK_LIMIT`, a
+"batch-of-one". References are PyTorch's (`F.silu`, `F.rms_norm`, autograd), in float64.
 
 This package exports what the notebook's grade cells call; everything else is imported from its module.
 """

@@ -1,14 +1,16 @@
 """The `torch.autograd.Function`s of notebook 09 (TritonSiLU, TritonRMSNorm), run the way autograd runs
 them: `apply` on leaves, the backward through `torch.autograd.grad`, then gradcheck in float64.
 
-The driver `run_function` runs where the learner's code runs; allocations are marked, as for the
-graded functions, and launches are counted in each pass. It returns a `FunctionRun`, as data.
+The driver `run_function` runs where the learner's code runs; each input, grad_out included, sits in
+marked memory in its own layout (`layouts`), allocations are marked, as for the graded functions, and
+launches are counted in each pass. It returns a `FunctionRun`, as data.
 """
 import dataclasses
 
 import torch
 
 from autograder.checks.nb09_kernels.guard import Region, guarded, require_triton
+from autograder.checks.nb09_kernels.layouts import laid_out
 
 
 @dataclasses.dataclass
@@ -47,14 +49,15 @@ def _gradcheck(cls, values, differentiable, names):
     return None
 
 
-def run_function(cls, grad_out, *values, names, differentiable, gapped=(), gradcheck=False):
+def run_function(cls, grad_out, *values, names, differentiable, layouts=None, gradcheck=False):
     """Driver: `cls.apply(*values)` on marked leaves, its saved tensors, the gradients of the
-    differentiable inputs along `grad_out`, and (with `gradcheck`) gradcheck's verdict."""
+    differentiable inputs along `grad_out` (handed to backward as it is laid out, as autograd hands it on),
+    and (with `gradcheck`) gradcheck's verdict. `layouts`: {input name or "grad_out": layout}."""
     require_triton()
-    regions = [Region.input(n, v, gapped=n in gapped) if isinstance(v, torch.Tensor) else v
-               for n, v in zip(names, values)]
+    layouts = layouts or {}
+    regions = [laid_out(n, v, layouts.get(n)) if isinstance(v, torch.Tensor) else v for n, v in zip(names, values)]
     args = [r.view.requires_grad_(n in differentiable) if isinstance(r, Region) else r for n, r in zip(names, regions)]
-    upstream = Region.input("grad_out", grad_out, gapped="grad_out" in gapped)
+    upstream = laid_out("grad_out", grad_out, layouts.get("grad_out"))
     run = FunctionRun()
     with torch.enable_grad(), guarded(refuse=False) as forward:
         out = cls.apply(*args)

@@ -1,7 +1,9 @@
 """Checks of SiLU's kernels: `silu_forward`, `silu_backward` and `TritonSiLU`.
 
 References are PyTorch's own: `F.silu` and its gradient by autograd, in float64, then cast to the
-input's dtype. Each graded function runs in the guard (see `guard`): one launch, no torch maths.
+input's dtype. Each graded function runs in the guard (see `guard`): one launch, no torch maths. A case
+may put one input (`x` or `grad_out`) in a layout of its own (`layouts`), or be in float16 or bfloat16,
+compared at that dtype's tolerance.
 """
 import functools
 
@@ -12,6 +14,7 @@ from autograder import checks
 from autograder.checks import battery
 from autograder.checks.compare import fail
 from autograder.checks.function_class import check_function_class
+from autograder.checks.nb09_kernels import layouts
 from autograder.checks.nb09_kernels.functions import FunctionRun, run_function
 from autograder.checks.nb09_kernels.verdicts import call_guarded, check_rules, check_tensor, launches_for
 from autograder.learner import inputs
@@ -20,20 +23,37 @@ from autograder.learner.device import get_device
 ONE_LAUNCH = "fuse the whole computation into one kernel: one read of each input, one write of the output"
 
 
-def silu_case(shape, *, seed, dtype=torch.float32, device=None, stress=None):
-    """{"x", "g", "stress"}: x of `shape` (for "special-points", the battery's special points and ±100,
-    where a sigmoid written as exp(x) / (1 + exp(x)) overflows), and an upstream gradient g."""
+def silu_case(shape, *, seed, dtype=torch.float32, device=None, stress=None, what="x"):
+    """{"x", "g", "stress", "what"}: x of `shape` (for "special-points", the battery's special points and
+    ±100, where a sigmoid written as exp(x) / (1 + exp(x)) overflows), and an upstream gradient g.
+    "float16" and "bfloat16" set the dtype; a layout ("non-contiguous", "transposed", "expanded") is
+    `what`'s, x's or grad_out's: an expanded x repeats its first row, an expanded grad_out is the ones that
+    `.sum().backward()` hands on."""
     device = device or get_device()
+    dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(stress, dtype)
     if stress == "special-points":  # and ±100, where exp(100) already overflows float32
         x = torch.cat([battery.special_points(dtype=dtype, device=device, large=1e4),
                        torch.tensor([100.0, -100.0], dtype=dtype, device=device)])
     else:
         x = inputs.randn(*shape, seed=seed, dtype=dtype, device=device, scale=3.0)
-    return {"x": x, "g": inputs.randn(*x.shape, seed=seed + 1, dtype=dtype, device=device), "stress": stress}
+    g = inputs.randn(*x.shape, seed=seed + 1, dtype=dtype, device=device)
+    if stress == "expanded" and what == "x":
+        x = x[:1].expand_as(x).clone()
+    if stress == "expanded" and what == "grad_out":
+        g = torch.ones_like(g)
+    return {"x": x, "g": g, "stress": stress, "what": what}
 
 
-def _gapped(case, names):
-    return names if case.get("stress") == "non-contiguous" else ()
+def _layouts(case):
+    """{input: layout} of a case whose stress is a layout, else {}."""
+    return {case["what"]: case["stress"]} if case.get("stress") in layouts.LAYOUTS else {}
+
+
+def _stressed(exercise, case, values):
+    """The case's stress, named with the input it concerns; a layout's failure says what that input's is."""
+    stress, what = case.get("stress"), case.get("what", "x")
+    reason = layouts.story(what, values[what], stress) if stress in layouts.LAYOUTS else None
+    return battery.stressed(exercise, stress, what, reason)
 
 
 def reference(x, g):
@@ -48,10 +68,10 @@ def reference(x, g):
 def check_silu_forward(exercise, fn, cases):
     """silu_forward(x) = x * sigmoid(x), by one launch of the learner's kernel."""
     for case in cases:
-        with battery.stressed(exercise, case.get("stress"), "x"):
+        with _stressed(exercise, case, {"x": case["x"]}):
             x = case["x"]
             shown = {"x": x}
-            run = call_guarded(exercise, fn, {"x": x}, _gapped(case, ("x",)))
+            run = call_guarded(exercise, fn, {"x": x}, _layouts(case))
             check_rules(exercise, run, shown, launches=launches_for(x, 1), why=ONE_LAUNCH)
             check_tensor(exercise, run, 0, run.result, reference(x, case["g"])[0], shown, "silu_forward(x)")
 
@@ -59,10 +79,10 @@ def check_silu_forward(exercise, fn, cases):
 def check_silu_backward(exercise, fn, cases):
     """silu_backward(x, grad_out) = the gradient of silu at x along grad_out, by one launch."""
     for case in cases:
-        with battery.stressed(exercise, case.get("stress"), "x"):
+        with _stressed(exercise, case, {"x": case["x"], "grad_out": case["g"]}):
             x, g = case["x"], case["g"]
             shown = {"x": x, "grad_out": g}
-            run = call_guarded(exercise, fn, {"x": x, "grad_out": g}, _gapped(case, ("x", "grad_out")))
+            run = call_guarded(exercise, fn, {"x": x, "grad_out": g}, _layouts(case))
             check_rules(exercise, run, shown, launches=launches_for(x, 1), why=ONE_LAUNCH)
             check_tensor(exercise, run, 0, run.result, reference(x, g)[1], shown, "silu_backward(x, grad_out)")
 
@@ -72,7 +92,7 @@ def check_triton_silu(exercise, cls, cases):
     gradcheck on float64 cases of at most 64 elements."""
     check_function_class(exercise, cls)
     for case in cases:
-        with battery.stressed(exercise, case.get("stress"), "x"):
+        with _stressed(exercise, case, {"x": case["x"], "grad_out": case["g"]}):
             _check_one(exercise, cls, case)
 
 
@@ -104,9 +124,8 @@ def _check_one(exercise, cls, case):
 
 
 def _driver(cls, case, gradcheck):
-    """`run_function` for TritonSiLU, with x (and grad_out) strided for "non-contiguous"."""
-    gapped = ("x", "grad_out") if case.get("stress") == "non-contiguous" else ()
-    return functools.partial(run_function, cls, names=("x",), differentiable=("x",), gapped=gapped,
+    """`run_function` for TritonSiLU, x or grad_out in the case's layout."""
+    return functools.partial(run_function, cls, names=("x",), differentiable=("x",), layouts=_layouts(case),
                              gradcheck=gradcheck)
 
 

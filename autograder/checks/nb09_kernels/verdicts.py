@@ -11,7 +11,8 @@ import torch
 
 from autograder import checks
 from autograder.checks.compare import REORDERED_TOLERANCES, check_meta, fail
-from autograder.checks.nb09_kernels.guard import KernelRun, masked_lanes, run_guarded
+from autograder.checks.nb09_kernels.guard import KernelRun, masked_lanes
+from autograder.checks.nb09_kernels.layouts import run_laid_out
 
 BLOCK_LIMIT = 4096  # the most elements the notebook lets one block hold: rows wider than that loop
 
@@ -19,10 +20,11 @@ ALLOWED_TORCH = ("torch may only allocate (torch.empty_like, torch.empty, torch.
                  "and copy (.contiguous()); every computation runs in your Triton kernel")
 
 
-def call_guarded(exercise, fn, inputs, gapped=()):
-    """`fn(*inputs.values())` inside the guard, where `fn` lives (the kernel, in trusted grading)."""
+def call_guarded(exercise, fn, inputs, layouts=None):
+    """`fn(*inputs.values())` inside the guard, each input in its layout (`layouts`: {name: layout}; the
+    others contiguous), where `fn` lives (the kernel, in trusted grading)."""
     names = tuple(inputs)
-    driver = functools.partial(run_guarded, fn, names=names, gapped=tuple(gapped))
+    driver = functools.partial(run_laid_out, fn, names=names, layouts=dict(layouts or {}))
     run = checks.call_student(exercise, driver, *inputs.values(), names=list(names))
     if not isinstance(run, KernelRun):
         fail(exercise, f"no readable answer came back from your notebook: {checks.describe(run)}")
