@@ -50,7 +50,8 @@ def check_form(exercise, got, expected, names, shown, allowed_dtypes=None):
 
 
 def check_values(exercise, got, expected, names, shown, hint):
-    """Every part within `tolerance` of the reference; a failure gains `hint()`, the slip that explains it."""
+    """Every part within `tolerance` of the reference; a failure starts with `hint()`, the slip that explains it,
+    where there is one (a message shown to the learner may be cut after its first few hundred characters)."""
     for name, g, e in zip(names, got, expected):
         e = e.to(g.dtype) if g.dtype != e.dtype else e
         try:
@@ -59,4 +60,4 @@ def check_values(exercise, got, expected, names, shown, hint):
             found = hint()
             if not found:
                 raise
-            raise GradingError(f"{err}\n  hint: {found}") from None
+            raise GradingError(f"{exercise}: {found}\n{err}") from None  # the slip first: a long message is cut
