@@ -1185,8 +1185,8 @@ OTHER_BY_HAND_ATTACKS = {
         {"silu_forward": r"ByHandRule: silu_forward: .* reaches torch\._C", "TritonSiLU": r"ByHandRule: TritonSiLU"}),
     ("09_kernels", "empty_kernel_then_numpy"): (
         {"silu_forward": "import numpy as np\n" + EMPTY_KERNEL + "def silu_forward(x):\n    nothing[(1,)](x)\n"
-                         "    y = np.asarray(x.detach().cpu())\n"
-                         "    return torch.from_numpy(np.asarray(y / (1 + np.exp(-y))))"},
+                         "    y = np.asarray(x.detach().cpu().double())\n"
+                         "    return torch.from_numpy(np.asarray(y / (1 + np.exp(-y)))).to(x.dtype)"},
         10, {"silu_forward": r"uses numpy outside a kernel: in this exercise all the maths is in your Triton kernels"}),
     ("09_kernels", "dispatch_modes_switched_off"): (
         {"silu_forward": "from torch.utils._python_dispatch import _disable_current_modes\n" + EMPTY_KERNEL +
