@@ -81,13 +81,13 @@ def watched_size(case) -> int:
     return n * m if n * m > needed else 0
 
 
-def _right(exercise, fn, case) -> bool:
+def _right_on(exercise, fn, case) -> bool:
     got, _ = backward.guarded_call(exercise, fn, case)
     reference = [r.to(case["q"].dtype) for r in reference_online_attention(case)]
     return all(verdicts.matches(g, r) for g, r in zip(got, reference))
 
 
-def _hint(exercise, fn, got, case, reference):
+def _online_slip(exercise, fn, got, case, reference):
     if case["causal"] and any(torch.isnan(g[..., :1, ...]).any() for g in got):
         return ("NaN in the first query row: the causal mask is off by one (j < i leaves query 1 no key at all, so "
                 "its running max stays −∞ and exp(−∞ − (−∞)) is NaN); query i sees keys j ≤ i")
@@ -95,7 +95,7 @@ def _hint(exercise, fn, got, case, reference):
         if any(verdicts.matches(g, s) and not verdicts.matches(g, r) for g, s, r in zip(got, slip, reference)):
             return what
     first, last = rescale_cases(case)
-    if _right(exercise, fn, first) and not _right(exercise, fn, last):
+    if _right_on(exercise, fn, first) and not _right_on(exercise, fn, last):
         return ("right when every row's largest score is in the first tile of keys, wrong when it comes in a later "
                 "tile: when a tile raises the running max from m_old to m_new, the output accumulated so far (and "
                 "the running sum) must be rescaled by exp(m_old − m_new)")
@@ -120,4 +120,4 @@ def check_online_attention(exercise, fn, cases, stress=None):
             verdicts.check_form(exercise, got, expected, NAMES, shown,
                                 allowed_dtypes={1: tuple(dict.fromkeys((torch.float32, case["q"].dtype)))})
             verdicts.check_values(exercise, got, expected, NAMES, shown,
-                                  hint=lambda: _hint(exercise, fn, got, case, (o, lse)))
+                                  hint=lambda: _online_slip(exercise, fn, got, case, (o, lse)))
