@@ -14,7 +14,7 @@ import math
 import torch
 
 from autograder import checks
-from autograder.checks import battery
+from autograder.checks import GradingError, battery
 from autograder.checks.nb10_attention import backward, verdicts
 from autograder.checks.nb10_attention import cases as attention_cases
 from autograder.learner import inputs
@@ -82,9 +82,14 @@ def watched_size(case) -> int:
 
 
 def _right_on(exercise, fn, case) -> bool:
-    got, _ = backward.guarded_call(exercise, fn, case)
+    """Whether the answer is right on `case`; an answer that fails there in any way is not (the failure that
+    asked is the news, not this one)."""
+    try:
+        got, _ = backward.guarded_call(exercise, fn, case)
+    except GradingError:
+        return False
     reference = [r.to(case["q"].dtype) for r in reference_online_attention(case)]
-    return all(verdicts.matches(g, r) for g, r in zip(got, reference))
+    return isinstance(got, (tuple, list)) and len(got) == 2 and all(map(verdicts.matches, got, reference))
 
 
 def _online_slip(exercise, fn, got, case, reference):
