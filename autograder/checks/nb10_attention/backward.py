@@ -10,38 +10,12 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autograder import checks
 from autograder.checks import battery
 from autograder.checks.nb10_attention import cases as attention_cases
 from autograder.checks.nb10_attention import verdicts
-from autograder.checks.op_watch import OpWatch
+from autograder.checks.nb10_attention.calls import guarded_call
 
 NAMES = ("dq", "dk", "dv")
-REFUSED = ("attention", "backward")  # substrings of ATen op names: PyTorch's attention and its backward kernels
-
-
-def guarded_call(exercise, fn, case):
-    """`fn` on the case's arguments (in its layout), through `call_student` with autograd refused, under
-    `torch.no_grad()`, with every ATen op named in REFUSED refused however reached; also returns the output with
-    the most elements any op made (a record of the watch, as data)."""
-    arguments = attention_cases.laid_out(case)
-    shown = attention_cases.shown(case)
-
-    def run():
-        watch = OpWatch(lambda name: any(word in name for word in REFUSED))
-        with torch.no_grad(), watch:
-            result = fn(*arguments)
-        if watch.used:
-            raise checks.GradingError(f"{exercise}: ran PyTorch's own kernel {watch.used}: this exercise asks you to "
-                                      f"compute attention yourself\n  on input:\n{checks.describe_inputs(shown)}")
-        return {"result": result, "most_elements": list(watch.most_elements)}
-
-    ran = checks.call_student(exercise, run, no_autograd=True)
-    if not isinstance(ran, dict) or "result" not in ran:
-        checks.fail(exercise, "no readable answer came back from your notebook", shown)
-    return ran["result"], ran["most_elements"]
-
-
 def _grads(case, attn_mask=None, causal=None):
     """Autograd's (dq, dk, dv) in float64 through PyTorch's attention, with `attn_mask` where given."""
     q, k, v = (case[n].detach().double().requires_grad_(True) for n in ("q", "k", "v"))

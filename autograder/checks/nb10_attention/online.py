@@ -15,8 +15,9 @@ import torch
 
 from autograder import checks
 from autograder.checks import GradingError, battery
-from autograder.checks.nb10_attention import backward, verdicts
 from autograder.checks.nb10_attention import cases as attention_cases
+from autograder.checks.nb10_attention import verdicts
+from autograder.checks.nb10_attention.calls import guarded_call
 from autograder.learner import inputs
 
 NAMES = ("o", "lse")
@@ -85,7 +86,7 @@ def _right_on(exercise, fn, case) -> bool:
     """Whether the answer is right on `case`; an answer that fails there in any way is not (the failure that
     asked is the news, not this one)."""
     try:
-        got, _ = backward.guarded_call(exercise, fn, case)
+        got, _ = guarded_call(exercise, fn, case)
     except GradingError:
         return False
     reference = [r.to(case["q"].dtype) for r in reference_online_attention(case)]
@@ -112,7 +113,7 @@ def check_online_attention(exercise, fn, cases, stress=None):
     or more allowed; `stress` names the battery's stress the cases were built with."""
     with battery.stressed(exercise, stress, what="q, k and v"):
         for case in cases:
-            got, most = backward.guarded_call(exercise, fn, case)
+            got, most = guarded_call(exercise, fn, case)
             shown = attention_cases.shown(case)
             n, m, limit = case["q"].shape[-2], case["k"].shape[-2], watched_size(case)
             if limit and isinstance(most, list) and len(most) == 3 and isinstance(most[0], int) and most[0] >= limit:
