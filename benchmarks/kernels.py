@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder.checks.nb09_kernels.guard import kernel_classes  # noqa: E402
+from autograder.checks.kernel_guard import kernel_classes  # noqa: E402
 from autograder.learner import triton_setup  # noqa: E402
 from autograder.learner.device import get_device  # noqa: E402
 from autograder.learner.timing import wall_times  # noqa: E402

@@ -146,8 +146,8 @@ TOP_LEVEL_ATTACKS = [
     ("09_kernels", "from torch.utils._python_dispatch import _disable_current_modes",
      r"reaches torch\.utils\._python_dispatch, a private part of torch"),
     ("01_chain_rule", "try:\n    import ctypes\nexcept ImportError:\n    pass", r"uses ctypes"),
-    ("09_kernels", "from autograder.checks import nb09_kernels\nnb09_kernels.guard.run_guarded = lambda *a, **k: None",
-     r"changes autograder\.checks\.nb09_kernels\.guard\.run_guarded"),
+    ("09_kernels", "from autograder.checks import kernel_guard\nkernel_guard.run_guarded = lambda *a, **k: None",
+     r"changes autograder\.checks\.kernel_guard\.run_guarded"),
 ]
 
 

@@ -1,5 +1,6 @@
-"""autograder.checks.nb09_kernels: the guard marks the memory around inputs and allocations and sees every
-write there, counts launches, refuses torch maths outside a launch (and not Triton's own inside one);
+"""The guard (autograder.checks.kernel_guard) and notebook 09's checks: the guard marks the memory around inputs
+and allocations and sees every write there, counts launches, refuses torch maths outside a launch (and not
+Triton's own inside one);
 the checks accept kernels written here and name the slips of wrong ones. The notebook's catalogue of
 wrong and right answers is tests/mutants/nb09_kernels.py; these tests hold the guard itself, each input's
 own layout (`layouts`: a grad_out read with x's strides is named by grad_out's layout) and the half-precision
@@ -19,10 +20,13 @@ import triton.language as tl  # noqa: E402
 from triton.runtime.interpreter import InterpretedFunction, InterpreterBuilder  # noqa: E402
 
 from autograder.checks import GradingError  # noqa: E402
+from autograder.checks import kernel_accesses as accesses  # noqa: E402
+from autograder.checks import kernel_guard as guard  # noqa: E402
+from autograder.checks import kernel_layouts as layouts  # noqa: E402
 from autograder.checks import nb09_kernels as kc  # noqa: E402
 from autograder.checks.compare import TOLERANCES  # noqa: E402
-from autograder.checks.nb09_kernels import accesses, guard, layouts, rmsnorm  # noqa: E402
-from autograder.checks.nb09_kernels.verdicts import BLOCK_LIMIT, check_rules, check_tensor  # noqa: E402
+from autograder.checks.kernel_verdicts import BLOCK_LIMIT, check_rules, check_tensor  # noqa: E402
+from autograder.checks.nb09_kernels import rmsnorm  # noqa: E402
 from autograder.learner.device import available_devices, get_device  # noqa: E402
 
 # Skipped where Triton cannot launch a kernel, failed instead under CI (tests/conftest.py).

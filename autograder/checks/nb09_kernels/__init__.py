@@ -1,22 +1,23 @@
 """Notebook 09's checks: the learner's own Triton kernels, forward and backward.
 
-A package, because a kernel is judged in two ways:
+The guard itself is in the core, since notebook 10's kernels are judged under the same rules:
 
-- `guard`: the call itself, where the learner's code runs. Inputs sit in marked padding (Triton's
+- `kernel_guard`: the call itself, where the learner's code runs. Inputs sit in marked padding (Triton's
   interpreter does not fault on an out-of-bounds access), allocations come from marked buffers,
   launches are counted and torch maths outside the kernel is recorded (`KernelRun`);
-- `verdicts`: what that record says, in the learner's terms (a store without a mask, elements never
+- `kernel_verdicts`: what that record says, in the learner's terms (a store without a mask, elements never
   written, NaN loaded from outside an input, torch maths, too many launches), then the values;
-- `layouts`: each tensor input in marked memory in a layout of its own (`run_laid_out`, the driver);
-- `functions`: the autograd Functions run as autograd runs them (`FunctionRun`), gradcheck included;
-- `silu`, `rmsnorm`: the cases and the checks the grade cells call.
+- `kernel_layouts`: each tensor input in marked memory in a layout of its own (`run_laid_out`, the driver);
+- `kernel_functions`: the autograd Functions run as autograd runs them (`FunctionRun`), gradcheck included.
+
+This package holds `silu` and `rmsnorm`: the cases and the checks the grade cells call.
 
 Hidden tests try where right-looking kernels break, through `autograder.checks.battery`'s stresses:
 sizes that are not a multiple of the block, "empty" inputs, each tensor input (x, weight, grad_out,
 rstd) "non-contiguous" with gaps, "transposed" or "expanded" while the others are not (the grad_out of
 `.sum().backward()` is one number expanded), float32 and float64, then "float16" and "bfloat16" at
 their own tolerance on rows where a half-precision accumulator fails, the "special-points" of the
-sigmoid (0, tiny, ±1, ±100, ±1e4), "width-one" rows, "wide-rows" wider than `verdicts.BLOCK_LIMIT`, a
+sigmoid (0, tiny, ±1, ±100, ±1e4), "width-one" rows, "wide-rows" wider than `kernel_verdicts.BLOCK_LIMIT`, a
 "batch-of-one". References are PyTorch's (`F.silu`, `F.rms_norm`, autograd), in float64.
 
 This package exports what the notebook's grade cells call; everything else is imported from its module.

@@ -19,12 +19,11 @@ import torch
 import torch.nn.functional as F
 
 from autograder import checks
-from autograder.checks import battery
+from autograder.checks import battery, kernel_layouts
 from autograder.checks.compare import REORDERED_TOLERANCES, TOLERANCES, fail
 from autograder.checks.function_class import check_function_class
-from autograder.checks.nb09_kernels import layouts
-from autograder.checks.nb09_kernels.functions import FunctionRun, run_function
-from autograder.checks.nb09_kernels.verdicts import BLOCK_LIMIT, call_guarded, check_rules, check_tensor, launches_for
+from autograder.checks.kernel_functions import FunctionRun, run_function
+from autograder.checks.kernel_verdicts import BLOCK_LIMIT, call_guarded, check_rules, check_tensor, launches_for
 from autograder.learner import inputs
 from autograder.learner.device import get_device
 
@@ -92,14 +91,14 @@ def reference(x, weight, eps, g):
 
 def _layouts(case):
     """{input: layout} of a case whose stress is a layout, else {}."""
-    return {case["what"]: case["stress"]} if case.get("stress") in layouts.LAYOUTS else {}
+    return {case["what"]: case["stress"]} if case.get("stress") in kernel_layouts.LAYOUTS else {}
 
 
 def _stressed(exercise, case, values):
     """The case's stress, named with what it concerns; a layout's failure says what that input's is."""
     stress, what = case.get("stress"), case.get("what", "x")
-    if stress in layouts.LAYOUTS:
-        return battery.stressed(exercise, stress, what, layouts.story(what, values[what], stress))
+    if stress in kernel_layouts.LAYOUTS:
+        return battery.stressed(exercise, stress, what, kernel_layouts.story(what, values[what], stress))
     described = {"float16": "x with |x| in the hundreds", "bfloat16": "x with long rows"}.get(stress, "x")
     return battery.stressed(exercise, stress, described)
 

@@ -11,12 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from autograder import checks
-from autograder.checks import battery
+from autograder.checks import battery, kernel_layouts
 from autograder.checks.compare import fail
 from autograder.checks.function_class import check_function_class
-from autograder.checks.nb09_kernels import layouts
-from autograder.checks.nb09_kernels.functions import FunctionRun, run_function
-from autograder.checks.nb09_kernels.verdicts import call_guarded, check_rules, check_tensor, launches_for
+from autograder.checks.kernel_functions import FunctionRun, run_function
+from autograder.checks.kernel_verdicts import call_guarded, check_rules, check_tensor, launches_for
 from autograder.learner import inputs
 from autograder.learner.device import get_device
 
@@ -46,13 +45,13 @@ def silu_case(shape, *, seed, dtype=torch.float32, device=None, stress=None, wha
 
 def _layouts(case):
     """{input: layout} of a case whose stress is a layout, else {}."""
-    return {case["what"]: case["stress"]} if case.get("stress") in layouts.LAYOUTS else {}
+    return {case["what"]: case["stress"]} if case.get("stress") in kernel_layouts.LAYOUTS else {}
 
 
 def _stressed(exercise, case, values):
     """The case's stress, named with the input it concerns; a layout's failure says what that input's is."""
     stress, what = case.get("stress"), case.get("what", "x")
-    reason = layouts.story(what, values[what], stress) if stress in layouts.LAYOUTS else None
+    reason = kernel_layouts.story(what, values[what], stress) if stress in kernel_layouts.LAYOUTS else None
     return battery.stressed(exercise, stress, what, reason)
 
 

@@ -8,12 +8,12 @@ layout, so the hidden tests give each input a layout of its own (`LAYOUTS`, name
 them).
 
 `run_laid_out` is the driver (it runs where the learner's code runs, called through
-`verdicts.call_guarded`): it puts each input in marked memory (`guard.Region`) in its layout, then makes
-the call in the guard, as `guard.run_guarded` does for contiguous and gapped inputs.
+`kernel_verdicts.call_guarded`): it puts each input in marked memory (`kernel_guard.Region`) in its layout, then makes
+the call in the guard, as `kernel_guard.run_guarded` does for contiguous and gapped inputs.
 """
 import torch
 
-from autograder.checks.nb09_kernels.guard import Region, guarded, report, require_triton
+from autograder.checks.kernel_guard import Region, guarded, report, require_triton
 
 LAYOUTS = ("non-contiguous", "transposed", "expanded")
 
@@ -45,7 +45,7 @@ def strides(t, layout):
 
 
 def laid_out(name, t, layout=None) -> Region:
-    """`t`'s values in marked memory (`guard.Region`), in `layout` (None: contiguous)."""
+    """`t`'s values in marked memory (`kernel_guard.Region`), in `layout` (None: contiguous)."""
     stride = None if layout is None else strides(t, layout)
     if stride is None:
         return Region.input(name, t, gapped=layout == "non-contiguous")

@@ -1,5 +1,5 @@
-"""The `torch.autograd.Function`s of notebook 09 (TritonSiLU, TritonRMSNorm), run the way autograd runs
-them: `apply` on leaves, the backward through `torch.autograd.grad`, then gradcheck in float64.
+"""A learner's `torch.autograd.Function` with Triton kernels (notebook 09's TritonSiLU, TritonRMSNorm), run the
+way autograd runs them: `apply` on leaves, the backward through `torch.autograd.grad`, then gradcheck in float64.
 
 The driver `run_function` runs where the learner's code runs; each input, grad_out included, sits in
 marked memory in its own layout (`layouts`), allocations are marked, as for the graded functions, and
@@ -9,8 +9,8 @@ import dataclasses
 
 import torch
 
-from autograder.checks.nb09_kernels.guard import Region, guarded, require_triton
-from autograder.checks.nb09_kernels.layouts import laid_out
+from autograder.checks.kernel_guard import Region, guarded, require_triton
+from autograder.checks.kernel_layouts import laid_out
 
 
 @dataclasses.dataclass

@@ -13,7 +13,7 @@ code runs):
   input's padding and stored past an output must still show), and what `empty` would leave unset
   holds a third marker (`UNSET`);
 - every Triton launch is counted (`JITFunction.run`, and the interpreter's `run`);
-- in Triton's interpreter, loads and stores are watched (`accesses`): masked-off lanes of a load without
+- in Triton's interpreter, loads and stores are watched (`kernel_accesses`): masked-off lanes of a load without
   `other=` hold a fourth marker (`MASKED`), two programs of a launch storing to one element are a race, and
   a load of `UNSET` memory is noted (on a GPU these are wrong answers the interpreter would hide);
 - every ATen operation outside a launch that is not an allocation, a view or a copy is recorded:
@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from autograder.checks import kernel_accesses
 from autograder.checks.compare import GradingError
-from autograder.checks.nb09_kernels import accesses
 from autograder.learner import triton_setup
 
 PAD = 16384  # marked elements before and after each tensor: more than a block (<= 4096) can overrun
@@ -88,7 +88,7 @@ class Region:
     @classmethod
     def around(cls, name, shape, stride, dtype, device, marker=AROUND, unset=False):
         """A view of `shape` and `stride` in a buffer marked with `marker` (and UNSET inside, if `unset`)."""
-        buffer = torch.empty(2 * PAD + accesses.span(shape, stride), dtype=dtype, device=device)
+        buffer = torch.empty(2 * PAD + kernel_accesses.span(shape, stride), dtype=dtype, device=device)
         bits(buffer).fill_(marker[buffer.element_size()])
         view = buffer.as_strided(shape, stride, PAD)
         if unset:
@@ -196,7 +196,7 @@ class KernelGuard(TorchDispatchMode):
         super().__init__()
         self.refuse, self.launches, self.inside, self.refused, self.allocated = refuse, 0, 0, None, []
         self.largest_block = None  # (name, value) of the largest integer constexpr of any launch
-        self.accesses = accesses.Accesses(UNSET, MASKED)
+        self.accesses = kernel_accesses.Accesses(UNSET, MASKED)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -248,7 +248,7 @@ class KernelGuard(TorchDispatchMode):
         for cls in classes:
             cls.run = counted(originals[cls])
         try:
-            with accesses.watched(self.accesses):
+            with kernel_accesses.watched(self.accesses):
                 yield
         finally:
             for cls, original in originals.items():
@@ -266,8 +266,8 @@ class KernelRun:
     unwritten: dict = dataclasses.field(default_factory=dict)  # position in the result -> unwritten()
     from_unset: dict = dataclasses.field(default_factory=dict)  # position in the result -> from_unset()
     largest_block: tuple = None  # (name, value): the largest integer tl.constexpr a launch was given
-    race: accesses.Race = None  # the first two programs of a launch that stored to one element
-    read_unset: accesses.Place = None  # the first element of torch.empty's memory a kernel read unset
+    race: kernel_accesses.Race = None  # the first two programs of a launch that stored to one element
+    read_unset: kernel_accesses.Place = None  # the first element of torch.empty's memory a kernel read unset
     without_other: list = dataclasses.field(default_factory=list)  # kernels that loaded masked lanes, no other=
 
 

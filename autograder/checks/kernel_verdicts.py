@@ -1,4 +1,4 @@
-"""What a guarded call's record (`guard.KernelRun`) says about the learner's kernel, in their terms.
+"""What a guarded call's record (`kernel_guard.KernelRun`) says about the learner's kernel, in their terms.
 
 The order is the order of severity: a write outside a tensor first (on a GPU it corrupts another
 tensor or crashes the process), then torch maths outside the kernel, the number of launches, two
@@ -11,8 +11,8 @@ import torch
 
 from autograder import checks
 from autograder.checks.compare import REORDERED_TOLERANCES, check_meta, fail
-from autograder.checks.nb09_kernels.guard import KernelRun, masked_lanes
-from autograder.checks.nb09_kernels.layouts import run_laid_out
+from autograder.checks.kernel_guard import KernelRun, masked_lanes
+from autograder.checks.kernel_layouts import run_laid_out
 
 BLOCK_LIMIT = 4096  # the most elements the notebook lets one block hold: rows wider than that loop
 

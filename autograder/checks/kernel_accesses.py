@@ -166,7 +166,7 @@ MEMORY_OPS = ("create_masked_load", "create_masked_store", "create_atomic_rmw", 
 
 @contextlib.contextmanager
 def watched(accesses):
-    """While active, the memory primitives of Triton's interpreter (where it is imported) report to `accesses`.
+    """While active, the memory primitives of Triton's interpreter (where it is imported) report to `Accesses`.
     Their signatures differ between Triton versions after the arguments read here: the rest pass through."""
     builder = getattr(sys.modules.get("triton.runtime.interpreter"), "InterpreterBuilder", None)
     originals = {name: vars(builder).get(name) for name in MEMORY_OPS} if builder is not None else {}
