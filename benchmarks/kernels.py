@@ -54,15 +54,16 @@ EPS = 1e-6
 NO_TRAFFIC = {"empty", "empty_like", "empty_strided", "detach", "view", "_unsafe_view", "t", "alias", "expand"}
 
 
-def reference() -> dict:
-    """The notebook's set-up cell and solution cells, executed (TritonSiLU, TritonRMSNorm, ...)."""
+def reference(notebook=NOTEBOOK) -> dict:
+    """The notebook's set-up cell and solution cells, executed (TritonSiLU, TritonRMSNorm, ...; notebook 10's
+    kernels for benchmarks/attention.py)."""
     namespace = {"__name__": "reference_kernels"}
-    cells = nbformat.read(NOTEBOOK, as_version=4).cells
+    cells = nbformat.read(notebook, as_version=4).cells
     setup = next(c for c in cells if c.cell_type == "code")
     solutions = [c for c in cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")]
     with contextlib.redirect_stdout(io.StringIO()):  # the set-up cell's greeting
         for cell in [setup] + solutions:
-            name = f"<{NOTEBOOK.name}: {cell.id}>"  # a compiled @triton.jit kernel reads its source from linecache
+            name = f"<{notebook.name}: {cell.id}>"  # a compiled @triton.jit kernel reads its source from linecache
             linecache.cache[name] = (len(cell.source), None, cell.source.splitlines(True), name)
             exec(compile(cell.source, name, "exec"), namespace)
     return namespace

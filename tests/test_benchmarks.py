@@ -43,6 +43,20 @@ def test_the_kernels_benchmark_counts_bytes_without_cuda():
     assert moved[("TritonSiLU (ours)", "forward + backward")] == 5.0, done.stdout
 
 
+def test_the_attention_benchmark_counts_saved_bytes_without_cuda():
+    """Without CUDA: bytes only, and what FlashAttention saves for its backward grows as N (q, k, v, o, lse: 4x
+    from N = 64 to 256) where eager attention's grows faster (its P is N x N per head)."""
+    done = subprocess.run([sys.executable, "benchmarks/attention.py"], cwd=course.ROOT, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "COURSE_DEVICE": "cpu"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Times and peak memory need a GPU" in done.stdout, done.stdout
+    saved = {(int(m[1]), m[2]): float(m[3].replace(",", "")) for m in re.finditer(
+        r"^\s*(\d+)  (eager|FlashAttention \(ours\))\s+[\d,]+\s+([\d,]+)$", done.stdout, re.M)}
+    ours, eager = saved[(256, "FlashAttention (ours)")] / saved[(64, "FlashAttention (ours)")], \
+        saved[(256, "eager")] / saved[(64, "eager")]
+    assert abs(ours - 4) < 0.1 and eager > 6, done.stdout
+
+
 @pytest.mark.needs(isolation.available(), reason=f"kernels cannot be sandboxed here: {isolation.problem()}")
 @pytest.mark.needs(os.geteuid() == 0, reason="control groups are made where the grader is root")
 @pytest.mark.timeout(900)

@@ -22,6 +22,7 @@ PROBE = ("import torch\nfrom autograder.learner.device import get_device\n"
 # The benchmarks that put work on the device, with small arguments where they take any, and what
 # their output must say. engine.py is left out: notebook 02's engine is pure Python (no device).
 BENCHMARKS = {
+    "attention.py": ([], "peak MiB"),
     "checkpointing.py": ([], "device: cuda"),
     "course_runtime.py": ([], "CUDA"),
     "grading.py": (["--students", "2", "--repeats", "1", "--workers", "2", "01_chain_rule"], "speed-up"),

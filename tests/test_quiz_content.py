@@ -1330,6 +1330,44 @@ def online_running_sum_two_tiles():
     return torch.exp(torch.logsumexp(scores, dim=0) - scores.max()).item()
 
 
+def flash_grid_programs():
+    """The programs of flash_forward's grid (B·H, cdiv(N, 16)) for q of shape (2, 8, 100, 64)."""
+    b, h, n, _ = torch.empty(2, 8, 100, 64, device="meta").shape
+    return b * h * len(range(0, n, 16))
+
+
+def masked_lane_weight():
+    """exp(score − max) of a key lane whose score was left at 0, with the running max 2."""
+    scores = torch.tensor([2.0, 0.0])  # a real key scoring the max, and the masked lane's 0
+    return torch.exp(scores[1] - scores.max()).item()
+
+
+def flash_saved_bytes():
+    """The KiB saved by an autograd.Function that saves what FlashAttention saves (q, k, v, o in float16 and
+    lse in float32, one head of 4096 x 64), counted by saved-tensor hooks."""
+    class SavesLikeFlash(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            o, lse = q.clone(), torch.zeros(q.shape[:-1], dtype=torch.float32)
+            ctx.save_for_backward(q, k, v, o, lse)
+            return o
+
+        @staticmethod
+        def backward(ctx, do):
+            return do, do, do
+
+    q, k, v = (torch.zeros(1, 1, 4096, 64, dtype=torch.float16, requires_grad=True) for _ in range(3))
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        SavesLikeFlash.apply(q, k, v)
+    return sum(storages.values()) / 2**10
+
+
 VERIFIERS = {
     ("08_higher_order", "grad-mode-in-backward"): function_probe_grad_mode,
     ("08_higher_order", "create-graph-flag"): flag_that_records_backward,
@@ -1378,6 +1416,9 @@ VERIFIERS = {
     ("01_chain_rule", "softmax-jacobian-entry"): softmax_jacobian_diagonal,
     ("01_chain_rule", "cross-entropy-batch-gradient"): batch_cross_entropy_entry,
     ("10_attention", "eager-p-mebibytes"): eager_p_mebibytes,
+    ("10_attention", "flash-grid-programs"): flash_grid_programs,
+    ("10_attention", "masked-lane-weight"): masked_lane_weight,
+    ("10_attention", "flash-saved-bytes"): flash_saved_bytes,
     ("10_attention", "p-gibibytes-real-model"): p_gibibytes_at_8192,
     ("10_attention", "masked-score-value"): masked_score_for_no_weight,
     ("10_attention", "ds-row-sum"): attention_ds_row_sum,

@@ -269,6 +269,7 @@ class KernelRun:
     race: kernel_accesses.Race = None  # the first two programs of a launch that stored to one element
     read_unset: kernel_accesses.Place = None  # the first element of torch.empty's memory a kernel read unset
     without_other: list = dataclasses.field(default_factory=list)  # kernels that loaded masked lanes, no other=
+    largest_allocation: tuple = None  # (elements, shape) of the largest tensor the call allocated
 
 
 def _compact(value):
@@ -298,13 +299,15 @@ def report(guard, regions, result) -> KernelRun:
     stored = {i: guard.accesses.stored_at(part) for i, part in enumerate(parts) if unwritten(part) is not None}
     left = {i: unwritten(parts[i], elements) for i, elements in stored.items()}
     spoiled = {i: from_unset(parts[i], elements) for i, elements in stored.items()}
+    largest = max(guard.allocated, key=lambda r: r.view.numel(), default=None)
     return KernelRun(result=_compact(result), launches=guard.launches, refused=guard.refused,
                      wrote_outside=[r.name for r in everything if r.written_outside()],
                      changed=[r.name for r in regions if r.changed()],
                      unwritten={i: counts for i, counts in left.items() if counts},
                      from_unset={i: counts for i, counts in spoiled.items() if counts},
                      largest_block=guard.largest_block, race=guard.accesses.race,
-                     read_unset=guard.accesses.read_unset, without_other=list(guard.accesses.without_other))
+                     read_unset=guard.accesses.read_unset, without_other=list(guard.accesses.without_other),
+                     largest_allocation=None if largest is None else (largest.view.numel(), tuple(largest.view.shape)))
 
 
 def require_triton():

@@ -15,7 +15,7 @@ import torch
 
 from autograder.checks.kernel_guard import Region, guarded, report, require_triton
 
-LAYOUTS = ("non-contiguous", "transposed", "expanded")
+LAYOUTS = ("non-contiguous", "transposed", "expanded", "heads-transposed")
 
 
 def _contiguous_strides(shape):
@@ -27,13 +27,19 @@ def _contiguous_strides(shape):
 
 
 def strides(t, layout):
-    """The strides `t` gets in `layout` ("transposed": column by column; "expanded": 0 along every
+    """The strides `t` gets in `layout` ("transposed": column by column; "heads-transposed": a (B, H, N, d) tensor
+    stored as (B, N, H, d), as attention's heads come out of a projection; "expanded": 0 along every
     dimension whose slices are all equal, as a view made by `.expand` has), or None for "non-contiguous"
     (the guard's gapped layout) and for no layout."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; the layouts are {', '.join(LAYOUTS)}")
     if layout == "non-contiguous" or t.numel() == 0 or t.dim() == 0:
         return None
+    if layout == "heads-transposed":
+        if t.dim() != 4:
+            raise ValueError(f"heads transposed from (B, N, H, d) need four dimensions, got shape {tuple(t.shape)}")
+        b, h, n, d = _contiguous_strides((t.shape[0], t.shape[2], t.shape[1], t.shape[3]))
+        return b, n, h, d
     if layout == "transposed":
         if t.dim() < 2:
             raise ValueError(f"a transposed layout needs two dimensions, got shape {tuple(t.shape)}")
@@ -76,7 +82,9 @@ def story(name, t, layout) -> str:
               else "rows that share one memory, as .expand makes them")
     how = {"expanded": f"strides {stride}: {shared}",
            "transposed": f"strides {stride}: stored column by column, as a transpose is",
-           "non-contiguous": "gaps between its elements and rows, as a slice has"}[layout]
+           "non-contiguous": "gaps between its elements and rows, as a slice has",
+           "heads-transposed": f"strides {stride}: heads transposed from (B, N, H, d), as a projection's output is "
+                               "split into heads"}[layout]
     return (f"{name} has a layout of its own ({how}). A kernel that reads it with another tensor's strides, or as "
             f"if it were contiguous, reads the wrong elements: pass {name}'s own strides to the kernel "
             f"({name}.stride(0), ...), or call {name}.contiguous() first (a copy, allowed outside the kernel)")

@@ -85,9 +85,10 @@ def from_unset_memory(exercise, run, name, shown, count=None):
          "torch.zeros")
 
 
-def check_tensor(exercise, run, position, got, expected, shown, name):
+def check_tensor(exercise, run, position, got, expected, shown, name, close=None):
     """One returned tensor: its type, shape, dtype and device, then elements the kernel never wrote,
-    NaN from memory outside an input, and its values."""
+    NaN from memory outside an input, and its values (within `close`, {rtol, atol}, where given: a
+    notebook's own tolerance; else REORDERED_TOLERANCES)."""
     check_meta(exercise, name, got, expected, shown)
     left = run.unwritten.get(position)
     if left:
@@ -118,7 +119,8 @@ def check_tensor(exercise, run, position, got, expected, shown, name):
              + (f", or used the masked-off lanes of {masked}" if run.without_other else "")
              + "; otherwise look for exp of a large number (inf / inf)")
     rtol, atol = REORDERED_TOLERANCES.get(expected.dtype, (None, None))
-    checks.expect_close(exercise, got, expected, inputs=shown, names=[name], rtol=rtol, atol=atol)
+    close = close or {"rtol": rtol, "atol": atol}
+    checks.expect_close(exercise, got, expected, inputs=shown, names=[name], **close)
 
 
 def launches_for(t, count):

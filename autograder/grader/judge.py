@@ -151,6 +151,7 @@ RULES = {
     **{("09_kernels", n): KERNEL_MATHS for n in ("silu_forward", "silu_backward", "TritonSiLU", "rmsnorm_forward",
                                                  "rmsnorm_backward", "TritonRMSNorm")},
     **{("10_attention", n): NO_AUTOGRAD for n in ("attention_backward", "online_attention")},
+    **{("10_attention", n): KERNEL_MATHS for n in ("flash_forward", "flash_backward", "FlashAttention")},
 }
 
 

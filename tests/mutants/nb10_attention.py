@@ -1,5 +1,5 @@
-"""Notebook 10: the bugs learners write in attention's backward by hand and in online attention, and right
-answers written differently.
+"""Notebook 10: the bugs learners write in attention's backward by hand, in online attention and in the
+FlashAttention kernels, and right answers written differently.
 
 Every entry is checked by tests/test_mutants.py: a `wrong` one must fail some grade cell of its name with a
 GradingError (with `says`: a message that contains these words), a `right` one must pass all of them, in
@@ -8,7 +8,15 @@ order) is self-contained: the nbgrader end-to-end test pastes its source into a 
 """
 import functools
 
+import torch
+
+from autograder.learner import triton_setup
 from mutants import right, wrong
+
+triton_setup.prepare()
+
+import triton  # noqa: E402  (after prepare(): it sets TRITON_INTERPRET=1 where there is no CUDA)
+import triton.language as tl  # noqa: E402
 
 NB = "10_attention"
 wrong_ = functools.partial(wrong, NB)
@@ -260,3 +268,857 @@ def online_attention_lse_float32(q, k, v, scale, causal, block):
     import torch
     o, lse = _online(q, k, v, scale, causal, block)
     return o, lse.to(torch.float32)
+
+
+# flash_forward ------------------------------------------------------------------------------------------------
+# Triton entries: each a kernel of its own above the function that launches it, as learners write them.
+# They run only through the checks, which hand out sentinel-padded buffers (a kernel without a mask would
+# read and write past its tensors in Triton's interpreter).
+
+
+@triton.jit
+def _fwd_no_rescale_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, ob, oh, on, od,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    row_ok, col_ok = rows < N, cols < D
+    q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd,
+                mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(ACC)
+    m_i = tl.full([BLOCK_N], float("-inf"), dtype=ACC)
+    l_i = tl.zeros([BLOCK_N], dtype=ACC)
+    acc = tl.zeros([BLOCK_N, BLOCK_D], dtype=ACC)
+    for start in range(0, M, BLOCK_M):
+        keys = start + tl.arange(0, BLOCK_M)
+        kv_mask = (keys < M)[:, None] & col_ok[None, :]
+        k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k.to(ACC)), input_precision="ieee") * scale
+        s = tl.where((keys < M)[None, :], s, float("-inf"))
+        if CAUSAL:
+            s = tl.where(keys[None, :] <= rows[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i + tl.sum(p, axis=1)
+        acc = acc + tl.dot(p, v.to(ACC), input_precision="ieee")
+        m_i = m_new
+    tl.store(o_ptr + b * ob + h * oh + rows[:, None] * on + cols[None, :] * od, acc / l_i[:, None],
+             mask=row_ok[:, None] & col_ok[None, :])
+    tl.store(lse_ptr + bh * N + rows, m_i + tl.log(l_i), mask=row_ok)
+
+
+@wrong_("flash_forward", "written out: the accumulator and the running sum not rescaled when the running max "
+                          "grows", says="not rescaled")
+def flash_forward_not_rescaled(q, k, v, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), dtype=torch.float64 if wide else torch.float32, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    grid = (B * H, triton.cdiv(N, 16))
+    _fwd_no_rescale_kernel[grid](q, k, v, o, lse, H, N, M, D, scale, *q.stride(), *k.stride(), *v.stride(),
+        *o.stride(), CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=tl.float64 if wide else tl.float32)
+    return o, lse
+
+
+@triton.jit
+def _fwd_lse_no_max_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, ob, oh, on, od,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    row_ok, col_ok = rows < N, cols < D
+    q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd,
+                mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(ACC)
+    m_i = tl.full([BLOCK_N], float("-inf"), dtype=ACC)
+    l_i = tl.zeros([BLOCK_N], dtype=ACC)
+    acc = tl.zeros([BLOCK_N, BLOCK_D], dtype=ACC)
+    for start in range(0, M, BLOCK_M):
+        keys = start + tl.arange(0, BLOCK_M)
+        kv_mask = (keys < M)[:, None] & col_ok[None, :]
+        k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k.to(ACC)), input_precision="ieee") * scale
+        s = tl.where((keys < M)[None, :], s, float("-inf"))
+        if CAUSAL:
+            s = tl.where(keys[None, :] <= rows[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(ACC), input_precision="ieee")
+        m_i = m_new
+    tl.store(o_ptr + b * ob + h * oh + rows[:, None] * on + cols[None, :] * od, acc / l_i[:, None],
+             mask=row_ok[:, None] & col_ok[None, :])
+    tl.store(lse_ptr + bh * N + rows, tl.log(l_i), mask=row_ok)
+
+
+@wrong_("flash_forward", "written out: lse = log(l) without the running max", says="lse without the max")
+def flash_forward_lse_without_max(q, k, v, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), dtype=torch.float64 if wide else torch.float32, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    grid = (B * H, triton.cdiv(N, 16))
+    _fwd_lse_no_max_kernel[grid](q, k, v, o, lse, H, N, M, D, scale, *q.stride(), *k.stride(), *v.stride(),
+        *o.stride(), CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=tl.float64 if wide else tl.float32)
+    return o, lse
+
+
+@triton.jit
+def _fwd_keys_zero_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, ob, oh, on, od,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    row_ok, col_ok = rows < N, cols < D
+    q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd,
+                mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(ACC)
+    m_i = tl.full([BLOCK_N], float("-inf"), dtype=ACC)
+    l_i = tl.zeros([BLOCK_N], dtype=ACC)
+    acc = tl.zeros([BLOCK_N, BLOCK_D], dtype=ACC)
+    for start in range(0, M, BLOCK_M):
+        keys = start + tl.arange(0, BLOCK_M)
+        kv_mask = (keys < M)[:, None] & col_ok[None, :]
+        k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k.to(ACC)), input_precision="ieee") * scale
+        # lanes past M loaded other=0.0: their scores are 0
+        if CAUSAL:
+            s = tl.where(keys[None, :] <= rows[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(ACC), input_precision="ieee")
+        m_i = m_new
+    tl.store(o_ptr + b * ob + h * oh + rows[:, None] * on + cols[None, :] * od, acc / l_i[:, None],
+             mask=row_ok[:, None] & col_ok[None, :])
+    tl.store(lse_ptr + bh * N + rows, m_i + tl.log(l_i), mask=row_ok)
+
+
+@wrong_("flash_forward", "written out: key lanes past M load 0 and keep a score of 0 (no −inf)",
+        says="key lanes past M score 0")
+def flash_forward_masked_keys_zero(q, k, v, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), dtype=torch.float64 if wide else torch.float32, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    grid = (B * H, triton.cdiv(N, 16))
+    _fwd_keys_zero_kernel[grid](q, k, v, o, lse, H, N, M, D, scale, *q.stride(), *k.stride(), *v.stride(),
+        *o.stride(), CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=tl.float64 if wide else tl.float32)
+    return o, lse
+
+
+@triton.jit
+def _fwd_strict_mask_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, ob, oh, on, od,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    row_ok, col_ok = rows < N, cols < D
+    q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd,
+                mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(ACC)
+    m_i = tl.full([BLOCK_N], float("-inf"), dtype=ACC)
+    l_i = tl.zeros([BLOCK_N], dtype=ACC)
+    acc = tl.zeros([BLOCK_N, BLOCK_D], dtype=ACC)
+    for start in range(0, M, BLOCK_M):
+        keys = start + tl.arange(0, BLOCK_M)
+        kv_mask = (keys < M)[:, None] & col_ok[None, :]
+        k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k.to(ACC)), input_precision="ieee") * scale
+        s = tl.where((keys < M)[None, :], s, float("-inf"))
+        if CAUSAL:
+            s = tl.where(keys[None, :] < rows[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(ACC), input_precision="ieee")
+        m_i = m_new
+    tl.store(o_ptr + b * ob + h * oh + rows[:, None] * on + cols[None, :] * od, acc / l_i[:, None],
+             mask=row_ok[:, None] & col_ok[None, :])
+    tl.store(lse_ptr + bh * N + rows, m_i + tl.log(l_i), mask=row_ok)
+
+
+@wrong_("flash_forward", "written out: causal mask j < i, a query does not see its own key", says="off by one")
+def flash_forward_mask_strict(q, k, v, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), dtype=torch.float64 if wide else torch.float32, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    grid = (B * H, triton.cdiv(N, 16))
+    _fwd_strict_mask_kernel[grid](q, k, v, o, lse, H, N, M, D, scale, *q.stride(), *k.stride(), *v.stride(),
+        *o.stride(), CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=tl.float64 if wide else tl.float32)
+    return o, lse
+
+
+@triton.jit
+def _fwd_lse32_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, ob, oh, on, od,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    row_ok, col_ok = rows < N, cols < D
+    q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd,
+                mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(ACC)
+    m_i = tl.full([BLOCK_N], float("-inf"), dtype=ACC)
+    l_i = tl.zeros([BLOCK_N], dtype=ACC)
+    acc = tl.zeros([BLOCK_N, BLOCK_D], dtype=ACC)
+    for start in range(0, M, BLOCK_M):
+        keys = start + tl.arange(0, BLOCK_M)
+        kv_mask = (keys < M)[:, None] & col_ok[None, :]
+        k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k.to(ACC)), input_precision="ieee") * scale
+        s = tl.where((keys < M)[None, :], s, float("-inf"))
+        if CAUSAL:
+            s = tl.where(keys[None, :] <= rows[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(ACC), input_precision="ieee")
+        m_i = m_new
+    tl.store(o_ptr + b * ob + h * oh + rows[:, None] * on + cols[None, :] * od, acc / l_i[:, None],
+             mask=row_ok[:, None] & col_ok[None, :])
+    tl.store(lse_ptr + bh * N + rows, m_i + tl.log(l_i), mask=row_ok)
+
+
+@right_("flash_forward", "written out: lse in float32 whatever the input's dtype, blocks of 32 queries")
+def flash_forward_lse_float32(q, k, v, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    grid = (B * H, triton.cdiv(N, 32))
+    _fwd_lse32_kernel[grid](q, k, v, o, lse, H, N, M, D, scale, *q.stride(), *k.stride(), *v.stride(),
+        *o.stride(), CAUSAL=causal, BLOCK_N=32, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=tl.float64 if wide else tl.float32)
+    return o, lse
+
+
+
+@triton.jit
+def _fwd_32_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, ob, oh, on, od,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    row_ok, col_ok = rows < N, cols < D
+    q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd,
+                mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(ACC)
+    m_i = tl.full([BLOCK_N], float("-inf"), dtype=ACC)
+    l_i = tl.zeros([BLOCK_N], dtype=ACC)
+    acc = tl.zeros([BLOCK_N, BLOCK_D], dtype=ACC)
+    for start in range(0, M, BLOCK_M):
+        keys = start + tl.arange(0, BLOCK_M)
+        kv_mask = (keys < M)[:, None] & col_ok[None, :]
+        k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k.to(ACC)), input_precision="ieee") * scale
+        s = tl.where((keys < M)[None, :], s, float("-inf"))
+        if CAUSAL:
+            s = tl.where(keys[None, :] <= rows[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(ACC), input_precision="ieee")
+        m_i = m_new
+    tl.store(o_ptr + b * ob + h * oh + rows[:, None] * on + cols[None, :] * od, acc / l_i[:, None],
+             mask=row_ok[:, None] & col_ok[None, :])
+    tl.store(lse_ptr + bh * N + rows, m_i + tl.log(l_i), mask=row_ok)
+
+
+@right_("flash_forward", "written out: blocks of 32 queries against blocks of 16 keys, lse in the accumulator's dtype")
+def flash_forward_blocks_of_32(q, k, v, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), dtype=torch.float64 if wide else torch.float32, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    grid = (B * H, triton.cdiv(N, 32))
+    _fwd_32_kernel[grid](q, k, v, o, lse, H, N, M, D, scale, *q.stride(), *k.stride(), *v.stride(),
+        *o.stride(), CAUSAL=causal, BLOCK_N=32, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=tl.float64 if wide else tl.float32)
+    return o, lse
+
+
+# flash_backward -----------------------------------------------------------------------------------------------
+
+
+
+@triton.jit
+def _no_d_d_kernel(o_ptr, do_ptr, d_ptr, H, N, D, ob, oh, on, od, gb, gh, gn, gd,
+        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    mask = (rows < N)[:, None] & (cols < D)[None, :]
+    o = tl.load(o_ptr + b * ob + h * oh + rows[:, None] * on + cols[None, :] * od, mask=mask, other=0.0).to(ACC)
+    do = tl.load(do_ptr + b * gb + h * gh + rows[:, None] * gn + cols[None, :] * gd, mask=mask, other=0.0).to(ACC)
+    tl.store(d_ptr + bh * N + rows, tl.sum(o * do, axis=1), mask=rows < N)
+
+
+@triton.jit
+def _no_d_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, d_ptr, dk_ptr, dv_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, gb, gh, gn, gd, lb, lh, ln,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    keys = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_D)
+    kv_mask = (keys < M)[:, None] & (cols < D)[None, :]
+    k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0).to(ACC)
+    v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0).to(ACC)
+    dk = tl.zeros([BLOCK_M, BLOCK_D], dtype=ACC)
+    dv = tl.zeros([BLOCK_M, BLOCK_D], dtype=ACC)
+    for start in range(0, N, BLOCK_N):
+        rows = start + tl.arange(0, BLOCK_N)
+        q_mask = (rows < N)[:, None] & (cols < D)[None, :]
+        q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd, mask=q_mask, other=0.0)
+        do = tl.load(do_ptr + b * gb + h * gh + rows[:, None] * gn + cols[None, :] * gd, mask=q_mask, other=0.0)
+        lse = tl.load(lse_ptr + b * lb + h * lh + rows * ln, mask=rows < N, other=0.0).to(ACC)
+        q, do = q.to(ACC), do.to(ACC)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        visible = (rows < N)[:, None] & (keys < M)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None])
+        p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)
+        dv += tl.dot(tl.trans(p), do, input_precision="ieee")
+        ds = p * tl.dot(do, tl.trans(v), input_precision="ieee")
+        dk += tl.dot(tl.trans(ds), q, input_precision="ieee") * scale
+    tl.store(dk_ptr + bh * M * D + keys[:, None] * D + cols[None, :], dk, mask=kv_mask)
+    tl.store(dv_ptr + bh * M * D + keys[:, None] * D + cols[None, :], dv, mask=kv_mask)
+
+
+@triton.jit
+def _no_d_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, d_ptr, dq_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, gb, gh, gn, gd, lb, lh, ln,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    q_mask = (rows < N)[:, None] & (cols < D)[None, :]
+    q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd, mask=q_mask, other=0.0).to(ACC)
+    do = tl.load(do_ptr + b * gb + h * gh + rows[:, None] * gn + cols[None, :] * gd, mask=q_mask, other=0.0).to(ACC)
+    lse = tl.load(lse_ptr + b * lb + h * lh + rows * ln, mask=rows < N, other=0.0).to(ACC)
+    dq = tl.zeros([BLOCK_N, BLOCK_D], dtype=ACC)
+    for start in range(0, M, BLOCK_M):
+        keys = start + tl.arange(0, BLOCK_M)
+        kv_mask = (keys < M)[:, None] & (cols < D)[None, :]
+        k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0)
+        k, v = k.to(ACC), v.to(ACC)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        visible = (rows < N)[:, None] & (keys < M)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None])
+        p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)
+        ds = p * tl.dot(do, tl.trans(v), input_precision="ieee")
+        dq += tl.dot(ds, k, input_precision="ieee") * scale
+    tl.store(dq_ptr + bh * N * D + rows[:, None] * D + cols[None, :], dq, mask=q_mask)
+
+
+@wrong_("flash_backward", "written out: dS = P ∘ dP, the softmax's backward without its −D term",
+        says="without its −D term")
+def flash_backward_without_d(q, k, v, o, lse, do, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    dq = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
+    dk = torch.empty((B, H, M, D), dtype=q.dtype, device=q.device)
+    dv = torch.empty((B, H, M, D), dtype=q.dtype, device=q.device)
+    d = torch.empty((B, H, N), dtype=torch.float64 if wide else torch.float32, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    acc = tl.float64 if wide else tl.float32
+    _no_d_d_kernel[(B * H, triton.cdiv(N, 16))](o, do, d, H, N, D, *o.stride(), *do.stride(),
+        BLOCK_N=16, BLOCK_D=BLOCK_D, ACC=acc)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride())
+    meta = dict(CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=acc)
+    _no_d_dkdv_kernel[(B * H, triton.cdiv(M, 16))](q, k, v, do, lse, d, dk, dv, H, N, M, D, scale, *strides,
+        **meta)
+    _no_d_dq_kernel[(B * H, triton.cdiv(N, 16))](q, k, v, do, lse, d, dq, H, N, M, D, scale, *strides,
+        **meta)
+    return dq, dk, dv
+
+
+
+@triton.jit
+def _strict_d_kernel(o_ptr, do_ptr, d_ptr, H, N, D, ob, oh, on, od, gb, gh, gn, gd,
+        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    mask = (rows < N)[:, None] & (cols < D)[None, :]
+    o = tl.load(o_ptr + b * ob + h * oh + rows[:, None] * on + cols[None, :] * od, mask=mask, other=0.0).to(ACC)
+    do = tl.load(do_ptr + b * gb + h * gh + rows[:, None] * gn + cols[None, :] * gd, mask=mask, other=0.0).to(ACC)
+    tl.store(d_ptr + bh * N + rows, tl.sum(o * do, axis=1), mask=rows < N)
+
+
+@triton.jit
+def _strict_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, d_ptr, dk_ptr, dv_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, gb, gh, gn, gd, lb, lh, ln,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    keys = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_D)
+    kv_mask = (keys < M)[:, None] & (cols < D)[None, :]
+    k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0).to(ACC)
+    v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0).to(ACC)
+    dk = tl.zeros([BLOCK_M, BLOCK_D], dtype=ACC)
+    dv = tl.zeros([BLOCK_M, BLOCK_D], dtype=ACC)
+    for start in range(0, N, BLOCK_N):
+        rows = start + tl.arange(0, BLOCK_N)
+        q_mask = (rows < N)[:, None] & (cols < D)[None, :]
+        q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd, mask=q_mask, other=0.0)
+        do = tl.load(do_ptr + b * gb + h * gh + rows[:, None] * gn + cols[None, :] * gd, mask=q_mask, other=0.0)
+        lse = tl.load(lse_ptr + b * lb + h * lh + rows * ln, mask=rows < N, other=0.0).to(ACC)
+        d = tl.load(d_ptr + bh * N + rows, mask=rows < N, other=0.0)
+        q, do = q.to(ACC), do.to(ACC)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        visible = (rows < N)[:, None] & (keys < M)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] < rows[:, None])
+        p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)
+        dv += tl.dot(tl.trans(p), do, input_precision="ieee")
+        ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - d[:, None])
+        dk += tl.dot(tl.trans(ds), q, input_precision="ieee") * scale
+    tl.store(dk_ptr + bh * M * D + keys[:, None] * D + cols[None, :], dk, mask=kv_mask)
+    tl.store(dv_ptr + bh * M * D + keys[:, None] * D + cols[None, :], dv, mask=kv_mask)
+
+
+@triton.jit
+def _strict_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, d_ptr, dq_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, gb, gh, gn, gd, lb, lh, ln,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    q_mask = (rows < N)[:, None] & (cols < D)[None, :]
+    q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd, mask=q_mask, other=0.0).to(ACC)
+    do = tl.load(do_ptr + b * gb + h * gh + rows[:, None] * gn + cols[None, :] * gd, mask=q_mask, other=0.0).to(ACC)
+    lse = tl.load(lse_ptr + b * lb + h * lh + rows * ln, mask=rows < N, other=0.0).to(ACC)
+    d = tl.load(d_ptr + bh * N + rows, mask=rows < N, other=0.0)
+    dq = tl.zeros([BLOCK_N, BLOCK_D], dtype=ACC)
+    for start in range(0, M, BLOCK_M):
+        keys = start + tl.arange(0, BLOCK_M)
+        kv_mask = (keys < M)[:, None] & (cols < D)[None, :]
+        k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0)
+        k, v = k.to(ACC), v.to(ACC)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        visible = (rows < N)[:, None] & (keys < M)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] < rows[:, None])
+        p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)
+        ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - d[:, None])
+        dq += tl.dot(ds, k, input_precision="ieee") * scale
+    tl.store(dq_ptr + bh * N * D + rows[:, None] * D + cols[None, :], dq, mask=q_mask)
+
+
+@wrong_("flash_backward", "written out: causal mask j < i in both passes", says="off by one")
+def flash_backward_mask_strict(q, k, v, o, lse, do, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    dq = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
+    dk = torch.empty((B, H, M, D), dtype=q.dtype, device=q.device)
+    dv = torch.empty((B, H, M, D), dtype=q.dtype, device=q.device)
+    d = torch.empty((B, H, N), dtype=torch.float64 if wide else torch.float32, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    acc = tl.float64 if wide else tl.float32
+    _strict_d_kernel[(B * H, triton.cdiv(N, 16))](o, do, d, H, N, D, *o.stride(), *do.stride(),
+        BLOCK_N=16, BLOCK_D=BLOCK_D, ACC=acc)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride())
+    meta = dict(CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=acc)
+    _strict_dkdv_kernel[(B * H, triton.cdiv(M, 16))](q, k, v, do, lse, d, dk, dv, H, N, M, D, scale, *strides,
+        **meta)
+    _strict_dq_kernel[(B * H, triton.cdiv(N, 16))](q, k, v, do, lse, d, dq, H, N, M, D, scale, *strides,
+        **meta)
+    return dq, dk, dv
+
+
+
+@triton.jit
+def _dk_unscaled_d_kernel(o_ptr, do_ptr, d_ptr, H, N, D, ob, oh, on, od, gb, gh, gn, gd,
+        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    mask = (rows < N)[:, None] & (cols < D)[None, :]
+    o = tl.load(o_ptr + b * ob + h * oh + rows[:, None] * on + cols[None, :] * od, mask=mask, other=0.0).to(ACC)
+    do = tl.load(do_ptr + b * gb + h * gh + rows[:, None] * gn + cols[None, :] * gd, mask=mask, other=0.0).to(ACC)
+    tl.store(d_ptr + bh * N + rows, tl.sum(o * do, axis=1), mask=rows < N)
+
+
+@triton.jit
+def _dk_unscaled_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, d_ptr, dk_ptr, dv_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, gb, gh, gn, gd, lb, lh, ln,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    keys = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_D)
+    kv_mask = (keys < M)[:, None] & (cols < D)[None, :]
+    k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0).to(ACC)
+    v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0).to(ACC)
+    dk = tl.zeros([BLOCK_M, BLOCK_D], dtype=ACC)
+    dv = tl.zeros([BLOCK_M, BLOCK_D], dtype=ACC)
+    for start in range(0, N, BLOCK_N):
+        rows = start + tl.arange(0, BLOCK_N)
+        q_mask = (rows < N)[:, None] & (cols < D)[None, :]
+        q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd, mask=q_mask, other=0.0)
+        do = tl.load(do_ptr + b * gb + h * gh + rows[:, None] * gn + cols[None, :] * gd, mask=q_mask, other=0.0)
+        lse = tl.load(lse_ptr + b * lb + h * lh + rows * ln, mask=rows < N, other=0.0).to(ACC)
+        d = tl.load(d_ptr + bh * N + rows, mask=rows < N, other=0.0)
+        q, do = q.to(ACC), do.to(ACC)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        visible = (rows < N)[:, None] & (keys < M)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None])
+        p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)
+        dv += tl.dot(tl.trans(p), do, input_precision="ieee")
+        ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - d[:, None])
+        dk += tl.dot(tl.trans(ds), q, input_precision="ieee")
+    tl.store(dk_ptr + bh * M * D + keys[:, None] * D + cols[None, :], dk, mask=kv_mask)
+    tl.store(dv_ptr + bh * M * D + keys[:, None] * D + cols[None, :], dv, mask=kv_mask)
+
+
+@triton.jit
+def _dk_unscaled_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, d_ptr, dq_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, gb, gh, gn, gd, lb, lh, ln,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    q_mask = (rows < N)[:, None] & (cols < D)[None, :]
+    q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd, mask=q_mask, other=0.0).to(ACC)
+    do = tl.load(do_ptr + b * gb + h * gh + rows[:, None] * gn + cols[None, :] * gd, mask=q_mask, other=0.0).to(ACC)
+    lse = tl.load(lse_ptr + b * lb + h * lh + rows * ln, mask=rows < N, other=0.0).to(ACC)
+    d = tl.load(d_ptr + bh * N + rows, mask=rows < N, other=0.0)
+    dq = tl.zeros([BLOCK_N, BLOCK_D], dtype=ACC)
+    for start in range(0, M, BLOCK_M):
+        keys = start + tl.arange(0, BLOCK_M)
+        kv_mask = (keys < M)[:, None] & (cols < D)[None, :]
+        k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0)
+        k, v = k.to(ACC), v.to(ACC)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        visible = (rows < N)[:, None] & (keys < M)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None])
+        p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)
+        ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - d[:, None])
+        dq += tl.dot(ds, k, input_precision="ieee") * scale
+    tl.store(dq_ptr + bh * N * D + rows[:, None] * D + cols[None, :], dq, mask=q_mask)
+
+
+@wrong_("flash_backward", "written out: dK without the scale", says="scale is missing from dK")
+def flash_backward_dk_unscaled(q, k, v, o, lse, do, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    dq = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
+    dk = torch.empty((B, H, M, D), dtype=q.dtype, device=q.device)
+    dv = torch.empty((B, H, M, D), dtype=q.dtype, device=q.device)
+    d = torch.empty((B, H, N), dtype=torch.float64 if wide else torch.float32, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    acc = tl.float64 if wide else tl.float32
+    _dk_unscaled_d_kernel[(B * H, triton.cdiv(N, 16))](o, do, d, H, N, D, *o.stride(), *do.stride(),
+        BLOCK_N=16, BLOCK_D=BLOCK_D, ACC=acc)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride())
+    meta = dict(CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=acc)
+    _dk_unscaled_dkdv_kernel[(B * H, triton.cdiv(M, 16))](q, k, v, do, lse, d, dk, dv, H, N, M, D, scale, *strides,
+        **meta)
+    _dk_unscaled_dq_kernel[(B * H, triton.cdiv(N, 16))](q, k, v, do, lse, d, dq, H, N, M, D, scale, *strides,
+        **meta)
+    return dq, dk, dv
+
+
+@triton.jit
+def _stored_p_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, d_ptr, p_ptr, dk_ptr, dv_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, gb, gh, gn, gd, lb, lh, ln,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    keys = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_D)
+    kv_mask = (keys < M)[:, None] & (cols < D)[None, :]
+    k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0).to(ACC)
+    v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0).to(ACC)
+    dk = tl.zeros([BLOCK_M, BLOCK_D], dtype=ACC)
+    dv = tl.zeros([BLOCK_M, BLOCK_D], dtype=ACC)
+    for start in range(0, N, BLOCK_N):
+        rows = start + tl.arange(0, BLOCK_N)
+        q_mask = (rows < N)[:, None] & (cols < D)[None, :]
+        q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd, mask=q_mask, other=0.0)
+        do = tl.load(do_ptr + b * gb + h * gh + rows[:, None] * gn + cols[None, :] * gd, mask=q_mask, other=0.0)
+        lse = tl.load(lse_ptr + b * lb + h * lh + rows * ln, mask=rows < N, other=0.0).to(ACC)
+        d = tl.load(d_ptr + bh * N + rows, mask=rows < N, other=0.0)
+        q, do = q.to(ACC), do.to(ACC)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        visible = (rows < N)[:, None] & (keys < M)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None])
+        p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)
+        tl.store(p_ptr + bh * N * M + rows[:, None] * M + keys[None, :], p, mask=visible)  # kept for the dQ pass
+        dv += tl.dot(tl.trans(p), do, input_precision="ieee")
+        ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - d[:, None])
+        dk += tl.dot(tl.trans(ds), q, input_precision="ieee") * scale
+    tl.store(dk_ptr + bh * M * D + keys[:, None] * D + cols[None, :], dk, mask=kv_mask)
+    tl.store(dv_ptr + bh * M * D + keys[:, None] * D + cols[None, :], dv, mask=kv_mask)
+
+
+@triton.jit
+def _stored_p_dq_kernel(k_ptr, v_ptr, do_ptr, d_ptr, p_ptr, dq_ptr, H, N, M, D, scale,
+        kb, kh, km, kd, vb, vh, vm, vd, gb, gh, gn, gd,
+        BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    q_mask = (rows < N)[:, None] & (cols < D)[None, :]
+    do = tl.load(do_ptr + b * gb + h * gh + rows[:, None] * gn + cols[None, :] * gd, mask=q_mask, other=0.0).to(ACC)
+    d = tl.load(d_ptr + bh * N + rows, mask=rows < N, other=0.0)
+    dq = tl.zeros([BLOCK_N, BLOCK_D], dtype=ACC)
+    for start in range(0, M, BLOCK_M):
+        keys = start + tl.arange(0, BLOCK_M)
+        kv_mask = (keys < M)[:, None] & (cols < D)[None, :]
+        k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0)
+        p_mask = (rows < N)[:, None] & (keys < M)[None, :]
+        p = tl.load(p_ptr + bh * N * M + rows[:, None] * M + keys[None, :], mask=p_mask, other=0.0)
+        ds = p * (tl.dot(do, tl.trans(v.to(ACC)), input_precision="ieee") - d[:, None])
+        dq += tl.dot(ds, k.to(ACC), input_precision="ieee") * scale
+    tl.store(dq_ptr + bh * N * D + rows[:, None] * D + cols[None, :], dq, mask=q_mask)
+
+
+@wrong_("flash_backward", "written out: P stored by the dK, dV pass into an N×M buffer, read back for dQ",
+        says="stores P")
+def flash_backward_stored_p(q, k, v, o, lse, do, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    dq = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
+    dk = torch.empty((B, H, M, D), dtype=q.dtype, device=q.device)
+    dv = torch.empty((B, H, M, D), dtype=q.dtype, device=q.device)
+    d = torch.empty((B, H, N), dtype=torch.float64 if wide else torch.float32, device=q.device)
+    p = torch.zeros((B, H, N, M), dtype=torch.float64 if wide else torch.float32, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    acc = tl.float64 if wide else tl.float32
+    _no_d_d_kernel[(B * H, triton.cdiv(N, 16))](o, do, d, H, N, D, *o.stride(), *do.stride(),
+        BLOCK_N=16, BLOCK_D=BLOCK_D, ACC=acc)
+    _stored_p_dkdv_kernel[(B * H, triton.cdiv(M, 16))](q, k, v, do, lse, d, p, dk, dv, H, N, M, D, scale,
+        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(),
+        CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=acc)
+    _stored_p_dq_kernel[(B * H, triton.cdiv(N, 16))](k, v, do, d, p, dq, H, N, M, D, scale,
+        *k.stride(), *v.stride(), *do.stride(), BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=acc)
+    return dq, dk, dv
+
+
+@triton.jit
+def _atomic_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, d_ptr, dq_ptr, dk_ptr, dv_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, gb, gh, gn, gd, lb, lh, ln,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    """One program per block of keys: its dK and dV stored, its share of every query's dQ added atomically."""
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    keys = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_D)
+    kv_mask = (keys < M)[:, None] & (cols < D)[None, :]
+    k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0).to(ACC)
+    v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0).to(ACC)
+    dk = tl.zeros([BLOCK_M, BLOCK_D], dtype=ACC)
+    dv = tl.zeros([BLOCK_M, BLOCK_D], dtype=ACC)
+    for start in range(0, N, BLOCK_N):
+        rows = start + tl.arange(0, BLOCK_N)
+        q_mask = (rows < N)[:, None] & (cols < D)[None, :]
+        q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd, mask=q_mask, other=0.0)
+        do = tl.load(do_ptr + b * gb + h * gh + rows[:, None] * gn + cols[None, :] * gd, mask=q_mask, other=0.0)
+        lse = tl.load(lse_ptr + b * lb + h * lh + rows * ln, mask=rows < N, other=0.0).to(ACC)
+        d = tl.load(d_ptr + bh * N + rows, mask=rows < N, other=0.0)
+        q, do = q.to(ACC), do.to(ACC)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        visible = (rows < N)[:, None] & (keys < M)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None])
+        p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)
+        dv += tl.dot(tl.trans(p), do, input_precision="ieee")
+        ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - d[:, None])
+        dk += tl.dot(tl.trans(ds), q, input_precision="ieee") * scale
+        share = tl.dot(ds, k, input_precision="ieee") * scale
+        tl.atomic_add(dq_ptr + bh * N * D + rows[:, None] * D + cols[None, :], share, mask=q_mask)
+    tl.store(dk_ptr + bh * M * D + keys[:, None] * D + cols[None, :], dk, mask=kv_mask)
+    tl.store(dv_ptr + bh * M * D + keys[:, None] * D + cols[None, :], dv, mask=kv_mask)
+
+
+@right_("flash_backward", "written out: dQ by tl.atomic_add into a zeroed buffer, in the pass over blocks of keys")
+def flash_backward_atomic_dq(q, k, v, o, lse, do, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    acc_dtype = torch.float64 if wide else torch.float32
+    dq = torch.zeros((B, H, N, D), dtype=acc_dtype, device=q.device)  # atomics add into it
+    dk = torch.empty((B, H, M, D), dtype=q.dtype, device=q.device)
+    dv = torch.empty((B, H, M, D), dtype=q.dtype, device=q.device)
+    d = torch.empty((B, H, N), dtype=acc_dtype, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    acc = tl.float64 if wide else tl.float32
+    _no_d_d_kernel[(B * H, triton.cdiv(N, 16))](o, do, d, H, N, D, *o.stride(), *do.stride(),
+        BLOCK_N=16, BLOCK_D=BLOCK_D, ACC=acc)
+    _atomic_dq_kernel[(B * H, triton.cdiv(M, 16))](q, k, v, do, lse, d, dq, dk, dv, H, N, M, D, scale,
+        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(),
+        CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=acc)
+    return dq.to(q.dtype), dk, dv
+
+
+@triton.jit
+def _by_queries_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, dq_ptr, dk_ptr, dv_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, gb, gh, gn, gd, ob, oh, on, od, lb, lh, ln,
+        o_ptr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+        ACC: tl.constexpr):
+    """One program per block of queries, D computed in it: dQ stored, dK and dV added atomically per key block."""
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    q_mask = (rows < N)[:, None] & (cols < D)[None, :]
+    q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd, mask=q_mask, other=0.0).to(ACC)
+    do = tl.load(do_ptr + b * gb + h * gh + rows[:, None] * gn + cols[None, :] * gd, mask=q_mask, other=0.0).to(ACC)
+    o = tl.load(o_ptr + b * ob + h * oh + rows[:, None] * on + cols[None, :] * od, mask=q_mask, other=0.0).to(ACC)
+    lse = tl.load(lse_ptr + b * lb + h * lh + rows * ln, mask=rows < N, other=0.0).to(ACC)
+    d = tl.sum(do * o, axis=1)
+    dq = tl.zeros([BLOCK_N, BLOCK_D], dtype=ACC)
+    for start in range(0, M, BLOCK_M):
+        keys = start + tl.arange(0, BLOCK_M)
+        kv_mask = (keys < M)[:, None] & (cols < D)[None, :]
+        k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0)
+        k, v = k.to(ACC), v.to(ACC)
+        visible = (rows < N)[:, None] & (keys < M)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None])
+        p = tl.where(visible, tl.exp(tl.dot(q, tl.trans(k), input_precision="ieee") * scale - lse[:, None]), 0.0)
+        ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - d[:, None])
+        dq += tl.dot(ds, k, input_precision="ieee") * scale
+        where = bh * M * D + keys[:, None] * D + cols[None, :]
+        tl.atomic_add(dk_ptr + where, tl.dot(tl.trans(ds), q, input_precision="ieee") * scale, mask=kv_mask)
+        tl.atomic_add(dv_ptr + where, tl.dot(tl.trans(p), do, input_precision="ieee"), mask=kv_mask)
+    tl.store(dq_ptr + bh * N * D + rows[:, None] * D + cols[None, :], dq, mask=q_mask)
+
+
+@right_("flash_backward", "written out: one launch, a loop over blocks of keys in each program of a block of "
+                          "queries (D in the same program), dK and dV by tl.atomic_add")
+def flash_backward_by_query_blocks(q, k, v, o, lse, do, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    acc_dtype = torch.float64 if wide else torch.float32
+    dq = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
+    dk = torch.zeros((B, H, M, D), dtype=acc_dtype, device=q.device)
+    dv = torch.zeros((B, H, M, D), dtype=acc_dtype, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    _by_queries_kernel[(B * H, triton.cdiv(N, 16))](q, k, v, do, lse, dq, dk, dv, H, N, M, D, scale,
+        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *o.stride(), *lse.stride(), o,
+        CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=tl.float64 if wide else tl.float32)
+    return dq, dk.to(q.dtype), dv.to(q.dtype)
+
+
+# FlashAttention -----------------------------------------------------------------------------------------------
+@wrong_("FlashAttention", "written in torch: no kernel in either pass", says="launched no Triton kernel")
+class FlashAttentionInTorch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal):
+        import torch
+        import torch.nn.functional as F
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+        lse = torch.logsumexp(q @ k.mT * scale, dim=-1)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.scale, ctx.causal = scale, causal
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        import torch
+        q, k, v, o, lse = ctx.saved_tensors
+        p = torch.softmax(q @ k.mT * ctx.scale, dim=-1)
+        ds = p * (do @ v.mT - (do * o).sum(-1, keepdim=True))
+        return ds @ k * ctx.scale, ds.mT @ q * ctx.scale, p.mT @ do, None, None
+
+
+@wrong_("FlashAttention", "saves P as well, computed in torch from the forward's lse", says="saves only q, k, v, o")
+class FlashAttentionSavesP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal):
+        o, lse = flash_forward_lse_float32(q, k, v, scale, causal)
+        p = torch.exp(q @ k.mT * scale - lse[..., None].to(q.dtype))
+        ctx.save_for_backward(q, k, v, o, lse, p)
+        ctx.scale, ctx.causal = scale, causal
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse, p = ctx.saved_tensors
+        dq, dk, dv = flash_backward_atomic_dq(q, k, v, o, lse, do, ctx.scale, ctx.causal)
+        return dq, dk, dv, None, None
+
+
+@wrong_("FlashAttention", "backward passes causal=False on to flash_backward", says="dq")
+class FlashAttentionBackwardNotCausal(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal):
+        o, lse = flash_forward_lse_float32(q, k, v, scale, causal)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.scale = scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = flash_backward_atomic_dq(q, k, v, o, lse, do, ctx.scale, False)
+        return dq, dk, dv, None, None
+
+
+@right_("FlashAttention", "forward by blocks of 32 queries, dQ by atomics")
+class FlashAttentionAtomic(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal):
+        o, lse = flash_forward_blocks_of_32(q, k, v, scale, causal)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.scale, ctx.causal = scale, causal
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        return (*flash_backward_atomic_dq(q, k, v, o, lse, do, ctx.scale, ctx.causal), None, None)

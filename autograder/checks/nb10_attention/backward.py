@@ -70,7 +70,8 @@ def _slips(case, reference):
     return slips
 
 
-def _backward_slip(got, case, reference):
+def slip_in(got, case, reference) -> str:
+    """The slip of `_slips` that `got` (dq, dk, dv) shows, or "" (the flash backward's checks ask too)."""
     if case["causal"] and any(torch.isnan(g[..., :1, :]).any() for g in got if isinstance(g, torch.Tensor)):
         if not any(torch.isnan(r).any() for r in reference):
             return ("NaN in the first query row: the causal mask is off by one (j < i leaves query 1 no key at all, "
@@ -91,4 +92,4 @@ def check_attention_backward(exercise, fn, cases, stress=None):
             reference = [r.to(case["q"].dtype) for r in reference_attention_backward(case)]
             verdicts.check_form(exercise, got, reference, NAMES, shown)
             verdicts.check_values(exercise, got, reference, NAMES, shown,
-                                  hint=lambda: _backward_slip(got, case, reference_attention_backward(case)))
+                                  hint=lambda: slip_in(got, case, reference_attention_backward(case)))

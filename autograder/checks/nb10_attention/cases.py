@@ -52,6 +52,16 @@ def online_case(B, H, N, d, seed, block, M=None, dtype=torch.float64, causal=Fal
     return {"q": q, "k": k, "v": v, "scale": d ** -0.5, "causal": causal, "block": block, "layout": layout}
 
 
+def flash_case(B, H, N, d, seed, M=None, dtype=torch.float64, causal=False, layout="contiguous",
+               large_logits=False) -> dict:
+    """{q, k, v, scale, causal, layout, do} for the flash kernels and `FlashAttention`: `do` is the upstream
+    gradient of the backward (the forward's checks leave it out)."""
+    _layout(layout, causal, N, M)
+    q, k, v = qkv(B, H, N, d, seed, M, dtype, large_logits)
+    do = inputs.randn(B, H, N, d, seed=seed + 3, dtype=dtype)
+    return {"q": q, "k": k, "v": v, "scale": d ** -0.5, "causal": causal, "layout": layout, "do": do}
+
+
 def _layout(layout, causal, N, M):
     if layout not in LAYOUTS:
         raise ValueError(f"layout is one of {', '.join(LAYOUTS)}, not {layout!r}")

@@ -10,7 +10,8 @@ from autograder import checks
 from autograder.checks import GradingError
 
 # (rtol, share of the largest |reference| entry) by the result's dtype
-CLOSE = {torch.float64: (1e-9, 1e-10), torch.float32: (1e-3, 1e-4)}
+CLOSE = {torch.float64: (1e-9, 1e-10), torch.float32: (1e-3, 1e-4),
+         torch.float16: (1e-2, 5e-3), torch.bfloat16: (5e-2, 2e-2)}  # half precision: on a GPU only
 
 
 def tolerance(expected) -> dict:
