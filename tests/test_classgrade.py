@@ -1195,10 +1195,10 @@ OTHER_BY_HAND_ATTACKS = {
         {"silu_forward": r"reaches torch\.utils\._python_dispatch, a private part of torch",
          "rmsnorm_forward": r"reaches torch\.utils\._python_dispatch"}),
     ("09_kernels", "replaces_the_guard"): (
-        {"silu_forward": "from autograder.checks import nb09_kernels\n"
-                         "nb09_kernels.guard.run_guarded = lambda *a, **k: nb09_kernels.guard.KernelRun(*a)\n"
+        {"silu_forward": "from autograder.checks import kernel_guard\n"
+                         "kernel_guard.run_guarded = lambda *a, **k: kernel_guard.KernelRun(*a)\n"
                          "def silu_forward(x):\n    return x * torch.sigmoid(x)"}, 0,
-        {"rmsnorm_forward": r"changes autograder\.checks\.nb09_kernels\.guard\.run_guarded"}),
+        {"rmsnorm_forward": r"changes autograder\.checks\.kernel_guard\.run_guarded"}),
 }
 
 

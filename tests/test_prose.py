@@ -10,6 +10,8 @@ no visible test cell that imports a name it never uses.
 2. A grade cell of a student notebook shows its visible test: an import it never uses is noise, and it
    hints at code the learner cannot see (hidden tests are stripped from the release, so a name only
    they use must be imported inside the hidden region). Checked with an AST on the released cells.
+3. A file of the repository that a notebook names (in backticks) exists: a path left behind by a move
+   sends a learner looking for nothing.
 """
 import ast
 import re
@@ -127,3 +129,25 @@ def test_what_04_quotes_from_the_inference_mode_docstring_is_there_and_gives_no_
     assert quoted in " ".join(notebook.split())
     documented = " ".join(torch.inference_mode.__doc__.split())
     assert quoted in documented and not re.search(r"\d\s*%", documented)
+
+
+REPO_PATH = re.compile(r"`((?:autograder|benchmarks|tests|docs|solutions|notebooks)/[\w./-]+)`")
+
+
+def repository_paths(text: str) -> list:
+    """The repository paths `text` names in backticks (`autograder/checks/kernel_verdicts.py`)."""
+    return REPO_PATH.findall(text)
+
+
+def test_the_path_scan_sees_a_named_file():
+    assert repository_paths("(`BLOCK_LIMIT` in `autograder/checks/nb09_kernels/verdicts.py`)") == [
+        "autograder/checks/nb09_kernels/verdicts.py"]
+
+
+@pytest.mark.parametrize("name", course.assignment_names())
+def test_every_file_a_notebook_names_exists(name):
+    """A learner who looks for a named file finds it: a path left behind by a move is caught here."""
+    nb = course.read(course.solution_path(name))
+    missing = [path for cell in nb.cells for path in repository_paths(cell.source)
+               if not (course.ROOT / path.rstrip("/")).exists()]
+    assert missing == [], f"{name} names files that do not exist: {missing}"
