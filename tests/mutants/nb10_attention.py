@@ -1054,6 +1054,23 @@ def flash_backward_by_query_blocks(q, k, v, o, lse, do, scale, causal):
     return dq, dk.to(q.dtype), dv.to(q.dtype)
 
 
+@wrong_("flash_backward", "written out: do read with o's strides (the same until do comes from .sum().backward(), "
+                          "expanded from one number)", says="expanded do")
+def flash_backward_do_read_like_o(q, k, v, o, lse, do, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    acc_dtype = torch.float64 if wide else torch.float32
+    dq = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
+    dk = torch.zeros((B, H, M, D), dtype=acc_dtype, device=q.device)
+    dv = torch.zeros((B, H, M, D), dtype=acc_dtype, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    _by_queries_kernel[(B * H, triton.cdiv(N, 16))](q, k, v, do, lse, dq, dk, dv, H, N, M, D, scale,
+        *q.stride(), *k.stride(), *v.stride(), *o.stride(), *o.stride(), *lse.stride(), o,
+        CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=tl.float64 if wide else tl.float32)
+    return dq, dk.to(q.dtype), dv.to(q.dtype)
+
+
 # FlashAttention -----------------------------------------------------------------------------------------------
 @wrong_("FlashAttention", "written in torch: no kernel in either pass", says="launched no Triton kernel")
 class FlashAttentionInTorch(torch.autograd.Function):

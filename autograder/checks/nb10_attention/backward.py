@@ -82,10 +82,10 @@ def slip_in(got, case, reference) -> str:
     return ""
 
 
-def check_attention_backward(exercise, fn, cases, stress=None):
+def check_attention_backward(exercise, fn, cases, stress=None, what="q, k and v"):
     """`fn(q, k, v, o, do, scale, causal)` -> (dq, dk, dv) against autograd on every case; `stress` names the
     battery's stress the cases were built with, so that a failure says which input broke the answer."""
-    with battery.stressed(exercise, stress, what="q, k and v"):
+    with battery.stressed(exercise, stress, what=what):
         for case in cases:
             got, _ = guarded_call(exercise, fn, case)
             shown = attention_cases.shown(case)

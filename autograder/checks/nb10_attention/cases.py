@@ -9,8 +9,13 @@ import torch
 import torch.nn.functional as F
 
 from autograder.learner import inputs
+from autograder.learner.device import get_device
 
-LAYOUTS = ("contiguous", "heads-transposed")
+LAYOUTS = ("contiguous", "heads-transposed", "each-its-own")
+# "each-its-own": every input in a layout of its own (the core's kernel_layouts names), do the upstream gradient
+# of `.sum().backward()`: ones expanded from one number (strides 0), as autograd hands it to a backward
+EACH_ITS_OWN = {"q": "heads-transposed", "k": "transposed", "v": "non-contiguous", "o": "transposed",
+                "do": "expanded"}
 LARGE_LOGIT = 300.0  # the largest |score| of a large-logits case: exp of it overflows float32 (exp(89) is inf)
 
 
@@ -40,7 +45,7 @@ def backward_case(B, H, N, d, seed, M=None, dtype=torch.float64, causal=False, l
     q, k, v = qkv(B, H, N, d, seed, M, dtype, large_logits)
     scale = d ** -0.5
     o = sdpa64(q, k, v, scale, causal).to(dtype)
-    do = inputs.randn(B, H, N, d, seed=seed + 3, dtype=dtype)
+    do = _upstream(B, H, N, d, seed, dtype, layout)
     return {"q": q, "k": k, "v": v, "o": o, "do": do, "scale": scale, "causal": causal, "layout": layout}
 
 
@@ -58,8 +63,16 @@ def flash_case(B, H, N, d, seed, M=None, dtype=torch.float64, causal=False, layo
     gradient of the backward (the forward's checks leave it out)."""
     _layout(layout, causal, N, M)
     q, k, v = qkv(B, H, N, d, seed, M, dtype, large_logits)
-    do = inputs.randn(B, H, N, d, seed=seed + 3, dtype=dtype)
+    do = _upstream(B, H, N, d, seed, dtype, layout)
     return {"q": q, "k": k, "v": v, "scale": d ** -0.5, "causal": causal, "layout": layout, "do": do}
+
+
+def _upstream(B, H, N, d, seed, dtype, layout):
+    """The upstream gradient do: drawn from the seed, or ones (what `.sum().backward()` hands a backward) where
+    every input has a layout of its own."""
+    if layout == "each-its-own":
+        return torch.ones(B, H, N, d, dtype=dtype, device=get_device())
+    return inputs.randn(B, H, N, d, seed=seed + 3, dtype=dtype)
 
 
 def _layout(layout, causal, N, M):
@@ -81,12 +94,30 @@ def heads_transposed(t):
     return t.transpose(1, 2).contiguous().transpose(1, 2) if t.dim() == 4 else t
 
 
+def torch_layout(t, layout):
+    """`t`'s values as a torch view in `layout` (EACH_ITS_OWN's names): what a caller of a torch function hands it."""
+    if layout == "heads-transposed":
+        return heads_transposed(t)
+    if layout == "transposed":
+        return t.mT.contiguous().mT
+    if layout == "non-contiguous":
+        return torch.stack([t, torch.full_like(t, torch.nan)], dim=-1)[..., 0]  # a gap after every element
+    if layout == "expanded":
+        if not bool((t == t.flatten()[0]).all()):
+            raise ValueError("an expanded input repeats one value: its tensor must hold one value")
+        return t.flatten()[:1].reshape([1] * t.dim()).expand(t.shape)
+    raise ValueError(f"unknown layout {layout!r}")
+
+
 def laid_out(case) -> list:
     """The case's arguments as the learner's function takes them, every 4-D tensor in the case's layout."""
-    values = [v for name, v in case.items() if name != "layout"]
+    values = {name: v for name, v in case.items() if name != "layout"}
     if case["layout"] == "heads-transposed":
-        values = [heads_transposed(v) if isinstance(v, torch.Tensor) else v for v in values]
-    return values
+        values = {name: heads_transposed(v) if isinstance(v, torch.Tensor) else v for name, v in values.items()}
+    if case["layout"] == "each-its-own":
+        values = {name: torch_layout(v, EACH_ITS_OWN[name]) if name in EACH_ITS_OWN else v
+                  for name, v in values.items()}
+    return list(values.values())
 
 
 def shown(case) -> dict:

@@ -31,10 +31,11 @@ BACKWARD_LAUNCHES = ("at most three launches: D = rowsum(dO ∘ O), then dK and 
 
 
 def _layouts(case, names):
-    """Every 4-D input of the case in its layout (heads transposed from (B, N, H, d)), lse as it comes."""
-    if case["layout"] != "heads-transposed":
-        return {}
-    return {name: "heads-transposed" for name in names if isinstance(case.get(name), torch.Tensor)
+    """Every 4-D input of the case in its layout (heads transposed from (B, N, H, d), or each its own), lse as it
+    comes."""
+    own = {"heads-transposed": dict.fromkeys(names, "heads-transposed"),
+           "each-its-own": attention_cases.EACH_ITS_OWN}.get(case["layout"], {})
+    return {name: own[name] for name in names if name in own and isinstance(case.get(name), torch.Tensor)
             and case[name].dim() == 4}
 
 
@@ -133,11 +134,11 @@ def _forward_slip(exercise, fn, got, case):
     return ""
 
 
-def check_flash_forward(exercise, fn, cases, stress=None):
+def check_flash_forward(exercise, fn, cases, stress=None, what="q, k and v"):
     """`fn(q, k, v, scale, causal)` -> (o, lse) by one launch of the learner's kernel, against PyTorch on every
     case; `stress` names the battery's stress the cases were built with."""
     names = ("q", "k", "v", "scale", "causal")
-    with battery.stressed(exercise, stress, what="q, k and v"):
+    with battery.stressed(exercise, stress, what=what):
         for case in cases:
             run = _run(exercise, fn, case, names, (1, 1), FORWARD_LAUNCHES)
             expected = _forward_reference(case)
@@ -177,11 +178,11 @@ def _backward_slip(got, case, reference):
     return ""
 
 
-def check_flash_backward(exercise, fn, cases, stress=None):
+def check_flash_backward(exercise, fn, cases, stress=None, what="q, k and v"):
     """`fn(q, k, v, o, lse, do, scale, causal)` -> (dq, dk, dv) by the learner's kernels (at most three launches)
     against autograd in float64 on every case."""
     names = ("q", "k", "v", "o", "lse", "do", "scale", "causal")
-    with battery.stressed(exercise, stress, what="q, k and v"):
+    with battery.stressed(exercise, stress, what=what):
         for case in cases:
             case = backward_inputs(case)
             run = _run(exercise, fn, case, names, (1, 3), BACKWARD_LAUNCHES)
@@ -201,45 +202,50 @@ def _saved_shapes_problem(saved, case) -> str:
             f"and lse ({wanted}), and its backward recomputes P from them (ctx.save_for_backward(q, k, v, o, lse))")
 
 
-def check_flash_attention(exercise, cls, cases):
+def check_flash_attention(exercise, cls, cases, stress=None, what="q, k and v"):
     """`cls.apply(q, k, v, scale, causal)`: the output and the gradients of q, k and v against autograd through
     PyTorch's attention in float64, kernels launched in each pass, only q, k, v, o and lse saved, and gradcheck
-    on float64 cases of at most GRADCHECK_ELEMENTS elements in q."""
+    on float64 cases of at most GRADCHECK_ELEMENTS elements in q; `stress` and `what` as the other checks'."""
     check_function_class(exercise, cls)
+    with battery.stressed(exercise, stress, what=what):
+        for case in cases:
+            _check_flash_attention_case(exercise, cls, case)
+
+
+def _check_flash_attention_case(exercise, cls, case):
     names = ("q", "k", "v", "scale", "causal")
-    for case in cases:
-        shown = attention_cases.shown(case)
-        small = case["q"].dtype == torch.float64 and case["q"].numel() <= GRADCHECK_ELEMENTS
-        layouts = _layouts(case, ("q", "k", "v", "do"))
-        layouts = {"grad_out" if n == "do" else n: layout for n, layout in layouts.items()}
-        driver = functools.partial(run_function, cls, names=names, differentiable=("q", "k", "v"), layouts=layouts,
-                                   gradcheck=small)
-        run = checks.call_student(exercise, driver, case["do"], *(case[n] for n in names), names=["do", *names])
-        if not isinstance(run, FunctionRun):
-            fail(exercise, f"no readable answer came back from your notebook: {checks.describe(run)}", shown)
-        if not run.own_node:
-            fail(exercise, "the output's grad_fn is not FlashAttention's backward: return o itself from forward and "
-                           "call the class through FlashAttention.apply(q, k, v, scale, causal)", shown)
-        if run.forward_launches < 1:
-            fail(exercise, "FlashAttention.apply launched no Triton kernel: forward calls your flash_forward", shown)
-        if run.wrote_outside:
-            fail(exercise, f"a kernel wrote outside {run.wrote_outside[0]} (a store without a mask)", shown)
-        problem = _saved_shapes_problem(run.saved, case)
-        if problem:
-            fail(exercise, problem, shown)
-        o = _forward_reference(case)[0]
-        checks.expect_close(exercise, run.out, o, inputs=shown, names=["FlashAttention.apply(q, k, v, scale, causal)"],
-                            **verdicts.tolerance(o))
-        if run.backward_launches < 1:
-            fail(exercise, "the backward of FlashAttention launched no Triton kernel: it calls your flash_backward "
-                           "with the q, k, v, o and lse that forward saved", shown)
-        grads = run.grads if isinstance(run.grads, (list, tuple)) and len(run.grads) == 3 else [None] * 3
-        for got, expected, name in zip(grads, backward.reference_attention_backward(case), BACKWARD_NAMES):
-            if got is None:
-                fail(exercise, f"{name} is None: backward returns (dq, dk, dv, None, None), one value per input of "
-                               "forward (None for scale and causal)", shown)
-            expected = expected.to(case["q"].dtype)
-            checks.expect_close(exercise, got, expected, inputs=shown, names=[name], **verdicts.tolerance(expected))
-        if run.verdict is not None:
-            error, first_line = run.verdict
-            fail(exercise, f"gradcheck failed: {error}: {first_line}", shown)
+    shown = attention_cases.shown(case)
+    small = case["q"].dtype == torch.float64 and case["q"].numel() <= GRADCHECK_ELEMENTS
+    layouts = _layouts(case, ("q", "k", "v", "do"))
+    layouts = {"grad_out" if n == "do" else n: layout for n, layout in layouts.items()}
+    driver = functools.partial(run_function, cls, names=names, differentiable=("q", "k", "v"), layouts=layouts,
+                               gradcheck=small)
+    run = checks.call_student(exercise, driver, case["do"], *(case[n] for n in names), names=["do", *names])
+    if not isinstance(run, FunctionRun):
+        fail(exercise, f"no readable answer came back from your notebook: {checks.describe(run)}", shown)
+    if not run.own_node:
+        fail(exercise, "the output's grad_fn is not FlashAttention's backward: return o itself from forward and "
+                       "call the class through FlashAttention.apply(q, k, v, scale, causal)", shown)
+    if run.forward_launches < 1:
+        fail(exercise, "FlashAttention.apply launched no Triton kernel: forward calls your flash_forward", shown)
+    if run.wrote_outside:
+        fail(exercise, f"a kernel wrote outside {run.wrote_outside[0]} (a store without a mask)", shown)
+    problem = _saved_shapes_problem(run.saved, case)
+    if problem:
+        fail(exercise, problem, shown)
+    o = _forward_reference(case)[0]
+    checks.expect_close(exercise, run.out, o, inputs=shown, names=["FlashAttention.apply(q, k, v, scale, causal)"],
+                        **verdicts.tolerance(o))
+    if run.backward_launches < 1:
+        fail(exercise, "the backward of FlashAttention launched no Triton kernel: it calls your flash_backward "
+                       "with the q, k, v, o and lse that forward saved", shown)
+    grads = run.grads if isinstance(run.grads, (list, tuple)) and len(run.grads) == 3 else [None] * 3
+    for got, expected, name in zip(grads, backward.reference_attention_backward(case), BACKWARD_NAMES):
+        if got is None:
+            fail(exercise, f"{name} is None: backward returns (dq, dk, dv, None, None), one value per input of "
+                           "forward (None for scale and causal)", shown)
+        expected = expected.to(case["q"].dtype)
+        checks.expect_close(exercise, got, expected, inputs=shown, names=[name], **verdicts.tolerance(expected))
+    if run.verdict is not None:
+        error, first_line = run.verdict
+        fail(exercise, f"gradcheck failed: {error}: {first_line}", shown)

@@ -116,10 +116,10 @@ def _online_slip(exercise, fn, got, case, reference):
     return ""
 
 
-def check_online_attention(exercise, fn, cases, stress=None):
+def check_online_attention(exercise, fn, cases, stress=None, what="q, k and v"):
     """`fn(q, k, v, scale, causal, block)` -> (o, lse) against PyTorch on every case, no tensor of N×M elements
     or more allowed; `stress` names the battery's stress the cases were built with."""
-    with battery.stressed(exercise, stress, what="q, k and v"):
+    with battery.stressed(exercise, stress, what=what):
         for case in cases:
             got, most = guarded_call(exercise, fn, case)
             shown = attention_cases.shown(case)
