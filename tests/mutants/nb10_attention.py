@@ -108,6 +108,21 @@ def attention_backward_through_view(q, k, v, o, do, scale, causal):
     return tuple(g.view(B, H, *g.shape[1:]) for g in _attention_backward(*flat, scale, causal))
 
 
+@wrong_("attention_backward", "dV by einsum with do's head index apart from P's: every head's dV sums the queries "
+                              "of all heads", says="dV mixes the heads")
+def attention_backward_dv_over_all_heads(q, k, v, o, do, scale, causal):
+    import math
+
+    import torch
+    s = (q @ k.mT) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -math.inf)
+    p = torch.softmax(s, dim=-1)
+    dv = torch.einsum("bhnm,bgnd->bhmd", p, do)
+    ds = p * (do @ v.mT - (do * o).sum(dim=-1, keepdim=True))
+    return ds @ k * scale, ds.mT @ q * scale, dv
+
+
 @wrong_("attention_backward", "asks autograd for the gradients", says="called autograd")
 def attention_backward_by_autograd(q, k, v, o, do, scale, causal):
     import torch

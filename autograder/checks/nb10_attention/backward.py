@@ -62,6 +62,10 @@ def _slips(case, reference):
                (dq / scale, dk, dv)),
               ("the scale is missing from dK: S = Q Kᵀ · scale, so the chain rule multiplies dK by the scale too",
                (dq, dk / scale, dv))]
+    if p.shape[1] > 1:
+        every_heads_do = case["do"].double().sum(1, keepdim=True)
+        slips.append(("dV mixes the heads: a head's dV is its own Pᵀ dO, summed over its queries only; an einsum or a "
+                      "sum that also runs over the head index adds every head's dO", (dq, dk, p.mT @ every_heads_do)))
     if case["causal"]:
         slips += [("the causal mask is off by one: query i sees keys j ≤ i (its own key included), not j ≤ i + 1",
                    _grads(case, attn_mask=attention_cases.visible(case, 1))),
