@@ -20,7 +20,7 @@ from autograder.learner.device import get_device
 
 def batchnorm_case(n, c, *, seed, tiny=(), dtype=torch.float64, device=None, eps=EPS, large_mean=False):
     """{dout, x, gamma, eps} for an (n, c) input; channels listed in `tiny` have a standard deviation
-    of 1e-3 or 3e-3 (variance below or near eps), where where eps goes matters. `large_mean`: a float32
+    of 5e-4 or 1.5e-3 (a variance below or near eps), where eps goes matters. `large_mean`: a float32
     x whose columns have a mean 1000 times their spread (`battery.large_mean`), gamma and dout in float32."""
     device = device or get_device()
     if large_mean:
