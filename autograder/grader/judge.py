@@ -1,206 +1,52 @@
 """The rules that make an exercise "by hand", judged from the submitted source, in the grader.
 
-A guard inside the student's kernel (`autograder.checks.student_calls`: autograd refused, calls
-forbidden; notebook 09's kernel guard) can be switched off by the code it guards. This judge reads
-the submission instead (`autograder.grader.reading`), where nothing the student runs can reach it:
-for each graded name that a rule covers (`RULES`), its definitions and everything they reach in the
-notebook, followed through imports, assignments and attribute chains. The exercise scores 0, with a
-message that names the cell, the line and the rule, when that code
+Each notebook declares its rules once, next to its exercises (`BY_HAND` in
+`autograder.checks.<notebook's package>.rules`); the kernel's guards read the same declaration.
+A guard inside the student's kernel can be switched off by the code it guards; this judge reads the
+submission instead, where nothing the student runs can reach it, and judges only what is graded:
 
-- reaches what the rule forbids (`torch.autograd.grad` however it was imported or renamed,
-  `torch.func`, a `GradScaler`, torch maths outside a Triton kernel, ...), or
-- reaches what the judge cannot follow (computed `getattr`, `exec`, `importlib`, `torch._C`, frames,
-  `sys.modules`, `gc`, a module it does not read, ...); or when
-- any code the notebook runs at top level, outside the notebook as released, patches a module or
-  reflects that way: then no by-hand exercise of the notebook can be judged, and each scores 0.
+- **the reach** (`autograder.grader.reach`): for each ruled graded name, the top-level statements its
+  answer needs (its definitions, what they read, and so on), and nothing else of the notebook. Code
+  outside every reach never costs a point: the flags (`autograder.grader.flags`) list it for the
+  instructor, nothing more;
+- **powerless, not forbidden**: the by-hand exercises are graded in a fresh kernel that has run the
+  answer program (the reach of all of them, the course's set-up statements included) and nothing
+  else (`Examination.program`, run first by autograder/grader/sandbox.py and by `ByHandFirst` for
+  plain nbgrader), so that a patch, a later rebinding or a module written in another cell never
+  runs where they are graded;
+- **an allow-list inside the reach** (`autograder.grader.answer_reading`): every call and attribute
+  must resolve to something the rule allows; what the judge cannot type, and what the rule refuses,
+  scores 0 with the cell, the line and what to write instead.
 
-The kernel-side guards still run: they are the second opinion. Class grading applies the verdicts
-in `autograder.grader.recording` (both modes); plain `nbgrader autograde` in `ByHandRules`.
+Student statements that run as the program loads (outside function bodies, or in functions called
+then) cannot patch or reflect either: such a finding in any by-hand answer's statements costs every
+by-hand exercise, since it runs where all of them are graded. The kernel-side guards still run: they
+are the second opinion. Class grading applies the verdicts in `autograder.grader.recording` (both
+modes); plain `nbgrader autograde` in `ByHandRules`.
 """
+import ast
 import dataclasses
 import functools
+import importlib
 import pathlib
-import types
 
 import nbformat
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from autograder.grader import colab
-from autograder.grader.notebook_code import Finding, NotebookCode, Site, code_cells, is_test_cell, lookup
-from autograder.grader.reading import Reader
+from autograder.grader import colab, reach
+from autograder.grader.answer_reading import AnswerReader
+from autograder.grader.notebook_code import Finding, Site, code_cells, is_test_cell
+
+DANGEROUS = ("store", "reflection")  # findings that change what other answers' names mean, where they all run
 
 
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    """What an exercise may not reach. `objects`: dotted paths of functions or classes (a subclass of a
-    refused class is refused); `modules`: module prefixes, anything from them; `names`: attribute names
-    refused wherever they appear (a method of a tensor: the judge cannot tell a tensor from another
-    value, so the name decides); `kernel_maths`: all the maths in Triton kernels (notebook 09)."""
-    why: str
-    objects: tuple = ()
-    modules: tuple = ()
-    names: tuple = ()
-    kernel_maths: bool = False
-
-    def __add__(self, other):
-        return Rules((self, other))
-
-    def refuses(self, path: str, in_kernel: bool) -> str | None:
-        """What this rule refuses in `path` (canonical) and why, or None."""
-        what = self._refuses(path, in_kernel)
-        return f"{what}: {self.why}" if what else None
-
-    def refuses_method(self, name: str, in_kernel: bool) -> str | None:
-        """What this rule refuses in `.name` on a value the judge cannot type (a tensor, say), and why, or None."""
-        what = self._refuses_method(name, in_kernel)
-        return f"{what}: {self.why}" if what else None
-
-    def _refuses(self, path, in_kernel):
-        if self.kernel_maths:
-            why = _kernel_maths(path, in_kernel)
-            if why:
-                return why
-        obj = lookup(path)
-        for refused in self.objects:
-            target = lookup(refused)
-            if target is not None and (obj is target or (isinstance(obj, type) and isinstance(target, type)
-                                                         and issubclass(obj, target))):
-                return f"reaches {refused}"
-        owner = getattr(obj, "__module__", None) if not isinstance(obj, types.ModuleType) else obj.__name__
-        for prefix in self.modules:
-            for where in (path, owner or ""):
-                if where == prefix or where.startswith(prefix + "."):
-                    return f"reaches {prefix}"
-        last = path.rsplit(".", 1)[-1]
-        if last in self.names:
-            return f"reaches {path}"
-        return None
-
-    def _refuses_method(self, name, in_kernel):
-        if name in self.names:
-            return f"calls .{name}"
-        if self.kernel_maths and not in_kernel and name in _TENSOR_MATHS:
-            return f"calls .{name}() outside a kernel"
-        return None
-
-
-@dataclasses.dataclass(frozen=True)
-class Rules:
-    """Several rules over one exercise: the first that refuses says why."""
-    rules: tuple
-
-    def __add__(self, other):
-        return Rules(self.rules + (other.rules if isinstance(other, Rules) else (other,)))
-
-    def refuses(self, path, in_kernel):
-        return next((why for rule in self.rules if (why := rule.refuses(path, in_kernel))), None)
-
-    def refuses_method(self, name, in_kernel):
-        return next((why for rule in self.rules if (why := rule.refuses_method(name, in_kernel))), None)
-
-
-NO_AUTOGRAD = Rule(
-    "this exercise is by hand: compute the derivative yourself, without autograd",
-    objects=("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward", "torch.autograd.gradcheck",
-             "torch.autograd.gradgradcheck"),
-    modules=("torch.func", "torch.autograd.functional", "torch.autograd.forward_ad", "torch.autograd.graph",
-             "torch.autograd.gradcheck", "torch.ops"),
-    names=("grad_fn", "next_functions", "batch_norm_backward_elemt", "batch_norm_backward_reduce",
-           "mkldnn_linear_backward_weights"))
-NO_LOGSUMEXP = Rule("this exercise builds log-sum-exp itself", objects=("torch.logsumexp", "torch.special.logsumexp"),
-                    names=("logsumexp",))
-NO_SUM_TO_SIZE = Rule("this exercise builds unbroadcasting itself", names=("sum_to_size",))
-NO_BATCHNORM = Rule("this exercise builds BatchNorm itself",
-                    objects=("torch.nn.functional.batch_norm", "torch.batch_norm", "torch.native_batch_norm",
-                             "torch.nn.modules.batchnorm._NormBase"),
-                    modules=("torch.nn.modules.batchnorm",), names=("batch_norm",))
-NO_GRADSCALER = Rule("this exercise builds a loss scaler itself, without GradScaler",
-                     objects=("torch.amp.GradScaler",), modules=("torch.amp.grad_scaler", "torch.cuda.amp.grad_scaler",
-                                                                  "torch.cpu.amp.grad_scaler"))
-NO_TORCH_CHECKPOINT = Rule("this exercise builds checkpointing itself, without torch.utils.checkpoint",
-                           modules=("torch.utils.checkpoint",))
-NO_COUNTERS = Rule("this exercise counts saved bytes itself, without the course's counters",
-                   modules=("autograder.learner.memory",))
-NO_FUNC_TRANSFORMS = Rule("this exercise builds a Hessian-vector product with autograd's double backward, "
-                          "without torch.func or torch.autograd.functional",
-                          modules=("torch.func", "torch.autograd.functional"))
-KERNEL_MATHS = Rule("in this exercise all the maths is in your Triton kernels", kernel_maths=True)
-
-# (notebook, graded name) -> the rule its answer is judged by. Grade cells are matched by their grade_id
-# up to an optional "-behaviour" (`graded_name`). tests/test_judge.py checks that every grade cell whose
-# checks refuse autograd or forbid a call (in the kernel) has its rule here.
-RULES = {
-    **{("01_chain_rule", n): NO_AUTOGRAD for n in ("linear_mse_grad", "two_layer_backward", "numerical_grad",
-                                                   "sigmoid_grad", "relu_grad", "softmax_jacobian",
-                                                   "softmax_xent_grad")},
-    **{("02_micrograd", n): NO_AUTOGRAD for n in ("Value", "MLP", "draw_dot")},
-    **{("03_vjp", n): NO_AUTOGRAD for n in ("vjp_relu", "vjp_sigmoid", "vjp_tanh", "vjp_linear", "vjp_matmul",
-                                            "vjp_softmax", "vjp_log_softmax", "vjp_layernorm", "StraightThroughRound",
-                                            "Tensor")},
-    ("03_vjp", "unbroadcast"): NO_AUTOGRAD + NO_SUM_TO_SIZE,
-    ("03_vjp", "StableLogSumExp"): NO_AUTOGRAD + NO_LOGSUMEXP,
-    ("05_loss_scaling", "DynamicLossScaler"): NO_GRADSCALER,
-    ("06_checkpointing", "saved_bytes"): NO_COUNTERS,
-    **{("06_checkpointing", n): NO_TORCH_CHECKPOINT for n in ("checkpoint", "checkpoint_sequential")},
-    **{("07_by_hand", n): NO_AUTOGRAD + NO_BATCHNORM for n in ("embedding_backward", "batchnorm_steps_backward",
-                                                               "batchnorm_backward", "batchnorm_update_running",
-                                                               "manual_backward", "train_by_hand")},
-    ("08_higher_order", "hvp"): NO_FUNC_TRANSFORMS,
-    ("08_higher_order", "SmoothAbs"): NO_AUTOGRAD,
-    **{("09_kernels", n): KERNEL_MATHS for n in ("silu_forward", "silu_backward", "TritonSiLU", "rmsnorm_forward",
-                                                 "rmsnorm_backward", "TritonRMSNorm")},
-    **{("10_attention", n): NO_AUTOGRAD for n in ("attention_backward", "online_attention")},
-    **{("10_attention", n): KERNEL_MATHS for n in ("flash_forward", "flash_backward", "FlashAttention")},
-}
-
-
-# --- notebook 09: the maths in kernels --------------------------------------------------------------
-# What a graded function of 09 may call outside its kernels: allocations, shapes, copies, views (the
-# kernel guard allows the same at run time), and what an autograd.Function needs.
-_TORCH_OUTSIDE_KERNELS = {
-    "torch.empty", "torch.empty_like", "torch.empty_strided", "torch.zeros", "torch.zeros_like", "torch.ones",
-    "torch.ones_like", "torch.full", "torch.full_like", "torch.Size", "torch.is_tensor", "torch.finfo",
-    "torch.iinfo", "torch.get_default_dtype", "torch.device", "torch.Tensor", "torch.no_grad", "torch.enable_grad",
-    "torch.autograd.Function", "torch.autograd.function.once_differentiable", "torch.cuda.device",
-    "torch.cuda.current_device", "torch.cuda.is_available", "torch.get_device", "torch.promote_types",
-    "torch.result_type", "torch.is_floating_point"}
-# Tensor methods that do no arithmetic: shapes, strides, views, copies, allocations, device and dtype.
-_TENSOR_ALLOWED = {
-    "contiguous", "stride", "size", "dim", "ndim", "ndimension", "numel", "nelement", "shape", "dtype", "device",
-    "is_cuda", "is_cpu", "is_contiguous", "element_size", "data_ptr", "storage_offset", "view", "view_as",
-    "reshape", "reshape_as", "expand", "expand_as", "flatten", "unflatten", "unsqueeze", "squeeze", "t", "T", "mT",
-    "transpose", "permute", "movedim", "narrow", "select", "as_strided", "unbind", "split", "chunk", "new_empty",
-    "new_empty_strided", "new_zeros", "new_ones", "new_full", "to", "float", "double", "half", "bfloat16", "cpu",
-    "cuda", "clone", "detach", "copy_", "zero_", "fill_", "requires_grad", "requires_grad_", "is_floating_point",
-    "is_complex", "get_device", "is_leaf", "grad", "layout", "is_sparse", "type", "type_as", "names", "data",
-    "is_inference", "untyped_storage", "storage", "apply"}
-_TENSOR_MATHS = frozenset(name for name in dir(lookup("torch.Tensor") or object)
-                          if not name.startswith("_") and name not in _TENSOR_ALLOWED)
-
-
-def _kernel_maths(path: str, in_kernel: bool) -> str | None:
-    top = path.split(".")[0]
-    if in_kernel:
-        if top in ("torch", "numpy") and not isinstance(lookup(path), types.ModuleType):
-            return f"uses {path} inside a Triton kernel (a kernel computes with triton.language)"
-        return None
-    if top == "numpy":
-        return f"uses {path} outside a kernel"
-    if top != "torch" or isinstance(lookup(path), types.ModuleType) or path in _TORCH_OUTSIDE_KERNELS:
-        return None
-    obj = lookup(path)
-    if obj is not None and type(obj).__name__ in ("dtype", "device", "layout", "memory_format"):
-        return None
-    return f"uses {path} outside a kernel"
-
-
-# --- judging a notebook -----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Baseline:
-    """The notebook as students receive it: its lines are the course's, not theirs."""
+    """The notebook as students receive it: its lines and statements are the course's, not theirs."""
     name: str
     lines: frozenset
+    statements: frozenset = frozenset()  # ast.dump of each of its top-level statements (reach.released_statements)
 
     def released(self, finding, cells: dict) -> bool:
         """Whether every line of a finding's construct is a line of the released notebook.
@@ -226,18 +72,29 @@ def released_lines(nb) -> frozenset:
 def baseline(root: pathlib.Path, name: str) -> Baseline:
     """What students of `name` were given: notebooks/ (Colab cell included) where the course has it, else
     release/ or the source, with the Colab first cell in any case."""
+    bootstrap = colab.bootstrap_source()
+    colab_statements = reach.released_statements(
+        [c for c in code_cells(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(bootstrap)]))])
+    colab_lines = {line.strip() for line in bootstrap.splitlines()}
     for path in (root / "notebooks" / f"{name}.ipynb", root / "release" / name / f"{name}.ipynb",
                  root / "solutions" / name / f"{name}.ipynb"):
         if path.is_file():
             nb = nbformat.read(path, as_version=4)
-            lines = released_lines(nb) | {line.strip() for line in colab.bootstrap_source().splitlines()}
-            return Baseline(name, frozenset(lines))
-    return Baseline(name, frozenset(line.strip() for line in colab.bootstrap_source().splitlines()))
+            if path.parent.name == name and path.parent.parent.name == "solutions":
+                for cell in nb.cells:  # the source's answers are not what students were given
+                    if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+                        cell.source = ""
+            return Baseline(name, frozenset(released_lines(nb) | colab_lines),
+                            reach.released_statements(code_cells(nb)) | colab_statements)
+    return Baseline(name, frozenset(colab_lines), colab_statements)
 
 
 def rules_of(name: str) -> dict:
-    """{graded name: Rule} of a notebook."""
-    return {graded: rule for (notebook, graded), rule in RULES.items() if notebook == name}
+    """{graded name: rule} of a notebook, as its checks package declares them (none where it has no rules)."""
+    try:
+        return dict(importlib.import_module(f"autograder.checks.nb{name}.rules").BY_HAND)
+    except ModuleNotFoundError:
+        return {}
 
 
 def graded_name(grade_id: str) -> str:
@@ -248,86 +105,160 @@ def graded_name(grade_id: str) -> str:
 class Verdict:
     graded: str
     finding: object  # notebook_code.Finding
-    rule: object  # the Rule or Rules; None: the notebook's top level, not the answer, was at fault
+    rule: object  # the rule the answer broke
+    elsewhere: bool = False  # the finding is in another answer's statements, which run where this one is graded
 
     def message(self) -> str:
-        if self.rule is not None and self.finding.kind == "forbidden":
-            return f"{self.graded}: {self.finding.site} {self.finding.what}"
-        why = ("this exercise is by hand, and the judge reads its answer from the source: it must reach only what "
-               "it can follow (names, imports, attribute chains on public modules)" if self.rule is not None else
-               "a notebook that patches or reflects on what it imports cannot have its by-hand exercises judged")
-        return f"{self.graded}: {self.finding.site} {self.finding.what}: {why}"
+        where = (" (in statements of another by-hand answer, which run where this exercise is graded)"
+                 if self.elsewhere else "")
+        if self.finding.kind == "forbidden":
+            return f"{self.graded}: {self.finding.site} {self.finding.what}{where}"
+        why = ("this exercise is by hand, and the judge reads its answer as an allow-list: every name, call and "
+               "attribute must be one it can tell is allowed")
+        return f"{self.graded}: {self.finding.site} {self.finding.what}{where}: {why}"
+
+
+@dataclasses.dataclass
+class Examination:
+    """What the judge found in one submission."""
+    verdicts: dict  # graded name -> Verdict, for every ruled name whose answer breaks its rule
+    program: list  # reach.ProgramCell: what the fresh kernel runs before the by-hand exercises are graded
+    by_hand: list  # indices of the grade cells whose graded name has a rule, in order
+
+
+def examine(nb, base: Baseline, rules: dict | None = None) -> Examination:
+    """The verdicts and the answer program of a notebook (`rules`: {graded name: rule}, its own by default)."""
+    rules = rules_of(base.name) if rules is None else rules
+    by_hand = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and is_test_cell(cell)
+               and graded_name(str(cell.metadata.nbgrader.get("grade_id", ""))) in rules]
+    if not rules or not by_hand:
+        return Examination({}, [], by_hand)
+    try:
+        return _examine(nb, base, rules, by_hand)
+    except RecursionError:  # code nested past what Python's own stack can walk: unreadable, so unjudgeable
+        unreadable = Finding(Site(0, 0, ""), "nests its code too deeply for the judge to read", "unreadable")
+        return Examination({graded: Verdict(graded, unreadable, rules[graded]) for graded in rules}, [], by_hand)
+
+
+def _examine(nb, base, rules, by_hand) -> Examination:
+    cells = code_cells(nb)
+    found = reach.statements(cells, base.statements)
+    roots = {graded: {graded} for graded in rules}
+    for index in by_hand:
+        graded = graded_name(str(nb.cells[index].metadata.nbgrader.get("grade_id", "")))
+        source = nb.cells[index].source
+        roots[graded] |= reach.test_cell_reads(source if isinstance(source, str) else "".join(source))
+    reached = {graded: reach.reach(found, names, through_course=False) for graded, names in roots.items()}
+    answer = reach.reach(found, set().union(*roots.values()))
+    given = frozenset(path for s in found if s.course for node in ast.walk(s.node)
+                      if isinstance(node, ast.ImportFrom) and not node.level for path in _imported(node))
+    tests = [cell.tree for cell in cells if cell.test]
+    return Examination(_verdicts(rules, reached, answer, given, tests), reach.program(answer), by_hand)
+
+
+def _imported(node):
+    return [f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*"]
+
+
+def _verdicts(rules, reached, answer, given, tests) -> dict:
+    student = [s for s in answer if not s.course]
+    findings = {}
+    for rule in dict.fromkeys(rules.values()):
+        reader = AnswerReader(answer, rule, frozenset().union(*map(own_names, reached.values())), given, tests)
+        for statement in student:
+            reader.read(statement)
+        findings[rule] = reader.findings
+    loaded = _run_as_it_loads(answer)
+    unrunnable = [Finding(statement.cell.site(statement.node), "cannot be run as the judge read it (IPython would "
+                          "read one of its lines as a magic or a shell command)", "reflection")
+                  for statement in student if not reach.unchanged_by_ipython(statement.source)]
+    verdicts, everyones = {}, frozenset().union(*map(own_names, reached.values()))
+    for graded, rule in sorted(rules.items()):
+        mine, own = set(map(id, reached[graded])), own_names(reached[graded])
+        candidates = [(f, False) for f in findings[rule] if id(f.home) in mine and not (
+            f.unless_own and f.unless_own in (own if f.kind == "forbidden" else everyones))]
+        candidates += [(f, True) for f in findings[rule] if f.kind in DANGEROUS and (
+            not f.nested or id(f.home) in loaded) and id(f.home) not in mine and not (
+            f.unless_own and f.unless_own in everyones)]
+        first = min(candidates, key=lambda pair: _order(_site(pair[0])), default=None)
+        if first is not None:
+            verdicts[graded] = Verdict(graded, _notebook_finding(first[0]), rule, first[1])
+        elif unrunnable:
+            verdicts[graded] = Verdict(graded, unrunnable[0], rule)
+    return verdicts
+
+
+def own_names(statements) -> frozenset:
+    """Attribute names the learner's own classes define: their bodies' names, what their methods store on their
+    first parameter (`self.grad = ...`, `ctx.lse = ...`), and the fields of named tuples."""
+    found = set()
+    for statement in statements:
+        for node in ast.walk(statement.node):
+            if isinstance(node, ast.ClassDef):
+                for part in node.body:
+                    if isinstance(part, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        found.add(part.name)
+                    for target in _assigned(part):
+                        found |= {t.id for t in ast.walk(target) if isinstance(t, ast.Name)}
+                for method in node.body:
+                    first = method.args.posonlyargs + method.args.args if isinstance(
+                        method, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+                    if first:
+                        found |= {t.attr for t in ast.walk(method) if isinstance(t, ast.Attribute)
+                                  and isinstance(t.ctx, ast.Store) and isinstance(t.value, ast.Name)
+                                  and t.value.id == first[0].arg}
+            elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith(("namedtuple", "NamedTuple")):
+                found |= {c.value for part in node.args[1:] for c in ast.walk(part)
+                          if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.isidentifier()}
+                found |= {w for part in node.args[1:2] if isinstance(part, ast.Constant) and isinstance(part.value, str)
+                          for w in part.value.replace(",", " ").split()}
+    return frozenset(found)
+
+
+def _assigned(node):
+    if isinstance(node, ast.Assign):
+        return node.targets
+    if isinstance(node, ast.AnnAssign):
+        return [node.target]
+    return []
+
+
+def _run_as_it_loads(statements) -> set:
+    """Ids of the statements whose functions may run while the program loads: those that bind a name read outside
+    every function body (a call at top level, a decorator, a default, a class body), and what they read in turn."""
+    names = set()
+    for statement in statements:
+        names |= reach.load_reads(statement.node)
+    loaded = set()
+    while True:
+        more = [s for s in statements if id(s) not in loaded and s.binds & names]
+        if not more:
+            return loaded
+        for statement in more:
+            loaded.add(id(statement))
+            names |= statement.reads
+
+
+def _site(finding) -> Site:
+    return finding.home.cell.site(finding.node)
+
+
+def _notebook_finding(finding) -> Finding:
+    return Finding(_site(finding), finding.what, finding.kind, finding.home.cell.lines_of(finding.node))
+
+
+def _order(site):
+    return site.cell, site.line
 
 
 def judge(nb, base: Baseline, rules: dict | None = None) -> dict:
     """{graded name: Verdict} for every ruled name of the notebook whose answer breaks its rule."""
-    rules = rules_of(base.name) if rules is None else rules
-    if not rules:
-        return {}
-    try:
-        code = NotebookCode(code_cells(nb))
-        top_level = _top_level_findings(code, base, cell_lines(nb))
-        verdicts = {}
-        for graded, rule in sorted(rules.items()):
-            finding = _first(_answer_findings(code, graded, rule))
-            if finding is not None:
-                verdicts[graded] = Verdict(graded, finding, rule)
-            elif top_level:
-                verdicts[graded] = Verdict(graded, top_level[0], None)
-        return verdicts
-    except RecursionError:  # code nested past what Python's own stack can walk: unreadable, so unjudgeable
-        unreadable = Finding(Site(0, 0, ""), "nests its code too deeply for the judge to read", "reflection")
-        return {graded: Verdict(graded, unreadable, None) for graded in rules}
+    return examine(nb, base, rules).verdicts
 
 
-def _answer_findings(code, graded, rule) -> list:
-    """What the definitions of `graded` reach, and everything they reach in turn, that the rule refuses."""
-    reader = Reader(code, rule=rule, graded=True)
-    done = set()
-    queue = [d for d in code.definitions(graded) if not d.cell.test]
-    while queue:
-        definition = queue.pop(0)
-        if id(definition) in done:
-            continue
-        done.add(id(definition))
-        reader.read_definition(definition)
-        queue += [d for d in reader.reached if id(d) not in done]
-    return reader.findings
-
-
-def _top_level_findings(code, base, lines) -> list:
-    """Patches and reflection in what the notebook runs at top level (and what that calls), outside the
-    notebook as released: such code can change what any answer's names mean."""
-    reader = Reader(code)
-    for cell in code.cells:
-        if not cell.test:
-            for statement in cell.tree.body:
-                reader.read_top_level(statement, cell)
-    done = set()
-    while True:
-        waiting = [d for d in reader.reached if id(d) not in done]
-        if not waiting:
-            break
-        for definition in waiting:
-            done.add(id(definition))
-            if definition.kind != "class" and not definition.cell.test:
-                reader.read_definition(definition)
-    kept = [f for f in reader.findings if f.kind in ("reflection", "store") and not base.released(f, lines)]
-    return sorted(dict.fromkeys(kept), key=_order)
-
-
-def _order(finding):
-    return finding.site.cell, finding.site.line
-
-
-def _first(findings):
-    """The finding on the earliest line; on one line, the first the reader met (min keeps the first)."""
-    return min(findings, key=_order) if findings else None
-
-
-def cell_verdicts(nb, base: Baseline) -> dict:
+def cell_verdicts(nb, base: Baseline, examination: Examination | None = None) -> dict:
     """{grade_id: message} for the grade cells whose graded name the judge refuses."""
-    verdicts = judge(nb, base)
+    verdicts = (examination or examine(nb, base)).verdicts
     found = {}
     for cell in nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
@@ -347,13 +278,16 @@ def apply(nb, verdicts: dict):
     return nb
 
 
+def course_root(config) -> pathlib.Path:
+    return pathlib.Path(CourseDirectory(config=config).root).resolve()
+
+
 class ByHandRules(NbGraderPreprocessor):
     """For plain `nbgrader autograde`: after the notebook has run, the judge's verdicts (nbgrader_config.py)."""
 
     def preprocess(self, nb, resources):
         name = resources.get("nbgrader", {}).get("assignment")
         if name:
-            root = pathlib.Path(CourseDirectory(config=self.config).root).resolve()
-            apply(nb, cell_verdicts(nb, baseline(root, name)))
+            apply(nb, cell_verdicts(nb, baseline(course_root(self.config), name)))
         return nb, resources
 

@@ -1,4 +1,4 @@
-"""Read a submitted notebook's code as code, never running it: for the judge and the flags.
+"""Read a submitted notebook's code as code, never running it: for the flags.
 
 `Reader` walks code of a notebook (`autograder.grader.notebook_code`) and follows every name to what
 it stands for: a definition of the notebook, a module, or an attribute chain on a module
@@ -6,9 +6,9 @@ it stands for: a definition of the notebook, a module, or an attribute chain on 
 included: chains are looked up on the real modules, here in the grader, and compared by identity).
 It reports, as `Finding`s, what no honest answer needs and what the judge cannot follow: reflection (computed
 `getattr`, `exec`, `importlib`, frames, `sys.modules`, `gc`, ...), private parts of a library
-(`torch._C`), stores on a module (a patch), modules it does not read; and, given a rule
-(`autograder.grader.judge`), what that rule forbids. What it does not follow: values handed to a
-function as arguments (a parameter is whatever the caller passes).
+(`torch._C`), stores on a module (a patch), modules it does not read. What it does not follow:
+values handed to a function as arguments (a parameter is whatever the caller passes). The by-hand
+judge reads answers another way, as an allow-list (`autograder.grader.answer_reading`).
 """
 import ast
 import builtins
@@ -29,7 +29,6 @@ from autograder.grader.notebook_code import (
     installed,
     lookup,
     magic,
-    nested_statements,
     parse_cell,
 )
 
@@ -86,28 +85,15 @@ QUIET_MAGICS = {"matplotlib", "config", "env", "pwd", "ls", "who", "whos", "who_
 # --- reading code ---------------------------------------------------------------------------------
 class Reader(ast.NodeVisitor):
     """Walk code of a notebook and report what it reaches (`findings`) and which of the notebook's own
-    definitions it uses (`reached`), following names through imports, assignments and attribute chains.
+    definitions it uses (`reached`), following names through imports, assignments and attribute chains."""
 
-    `rule` (a `judge.Rule`, or None) adds what an exercise forbids; `graded`: the code is a graded
-    answer or something it uses, where the instructor's grader (its answer keys) is out of bounds too."""
-
-    def __init__(self, code: NotebookCode, rule=None, graded=False):
-        self.code, self.rule, self.graded = code, rule, graded
+    def __init__(self, code: NotebookCode):
+        self.code = code
         self.findings, self.reached = [], []
-        self.cell, self.scope, self.in_kernel = None, None, False
+        self.cell, self.scope = None, None
         self._resolving = set()
 
-    # -- entry points
-    def read_definition(self, definition: Definition):
-        """A reached definition, whole: a function's or class's body, or an assignment's value."""
-        if definition.node is None:
-            return
-        self._in(definition.cell, None, lambda: self.visit(definition.node))
-
-    def read_top_level(self, statement, cell):
-        """A statement as it runs at the top of a cell: definitions only by what runs when they are made."""
-        self._in(cell, None, lambda: self._run_at_top(statement))
-
+    # -- entry point
     def read_cell(self, cell):
         """Every line of a cell, function bodies included."""
         self._in(cell, None, lambda: [self.visit(s) for s in cell.tree.body])
@@ -119,30 +105,6 @@ class Reader(ast.NodeVisitor):
             work()
         finally:
             self.cell, self.scope = saved
-
-    def _run_at_top(self, statement):
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for node in [*statement.decorator_list, *statement.args.defaults,
-                         *[d for d in statement.args.kw_defaults if d is not None]]:
-                self.visit(node)
-        elif isinstance(statement, ast.ClassDef):
-            for node in [*statement.decorator_list, *statement.bases, *statement.keywords]:
-                self.visit(node)
-            self._with_scope(Scope(statement, self.scope), lambda: [self._run_at_top(s) for s in statement.body])
-        elif nested_statements(statement):  # if, for, while, with, try: its blocks run at this level too
-            for child in ast.iter_child_nodes(statement):
-                if isinstance(child, ast.stmt):
-                    self._run_at_top(child)
-                elif isinstance(child, (ast.excepthandler, ast.match_case)):
-                    for part in ast.iter_child_nodes(child):
-                        if isinstance(part, ast.stmt):
-                            self._run_at_top(part)
-                        else:
-                            self.visit(part)
-                else:
-                    self.visit(child)
-        else:
-            self.visit(statement)
 
     def _with_scope(self, scope, work):
         saved = self.scope
@@ -225,7 +187,7 @@ class Reader(ast.NodeVisitor):
         top = parts[0]
         if top in DENIED_MODULES:
             return self.report(node, f"uses {top}, which {DENIED_MODULES[top]}")
-        if top == "__future__" or (not self.graded and top not in KNOWN_MODULES and installed(top)):
+        if top == "__future__" or (top not in KNOWN_MODULES and installed(top)):
             return None  # a library of the environment, used outside an answer: its code is not the student's
         if top.startswith("_") or top not in KNOWN_MODULES:
             return self.report(node, f"imports {top or path}, a module the judge does not read (it reads "
@@ -243,12 +205,7 @@ class Reader(ast.NodeVisitor):
             if attribute in names and (module == denied_module or canonical(module) == denied_module):
                 return self.report(node, f"reaches {denied_module}.{attribute}, reflection the judge cannot follow")
         if top == "autograder" and len(parts) > 1 and parts[1] == "grader":
-            return self.report(node, "uses autograder.grader, the instructor's grader (its answer keys)",
-                               "forbidden" if self.graded else "answers")
-        if self.rule is not None:
-            why = self.rule.refuses(full, self.in_kernel)
-            if why:
-                self.report(node, why, "forbidden")
+            return self.report(node, "uses autograder.grader, the instructor's grader (its answer keys)", "answers")
 
     def check_refs(self, refs, node):
         for ref in refs:
@@ -283,7 +240,7 @@ class Reader(ast.NodeVisitor):
 
     def visit_Constant(self, node):
         if isinstance(node.value, str) and ("solutions/" in node.value or "answer_key" in node.value):
-            self.report(node, "names the course's solutions or answer keys", "forbidden" if self.graded else "answers")
+            self.report(node, "names the course's solutions or answer keys", "answers")
 
     def visit_Attribute(self, node):
         self.visit(node.value)
@@ -298,10 +255,6 @@ class Reader(ast.NodeVisitor):
             return
         if any(isinstance(r, Path) for r in receivers):
             self.check_refs({r.attribute(node.attr) for r in receivers if isinstance(r, Path)}, node)
-        if UNKNOWN in receivers and self.rule is not None:
-            why = self.rule.refuses_method(node.attr, self.in_kernel)
-            if why:
-                self.report(node, why, "forbidden")
 
     def visit_Call(self, node):
         found = magic(node)
@@ -381,14 +334,7 @@ class Reader(ast.NodeVisitor):
     def visit_FunctionDef(self, node):
         for child in [*node.decorator_list, *node.args.defaults, *[d for d in node.args.kw_defaults if d]]:
             self.visit(child)
-        kernel = self.in_kernel or any(_is_kernel_decorator(self.refs(d.func if isinstance(d, ast.Call) else d))
-                                       for d in node.decorator_list)
-        saved = self.in_kernel
-        self.in_kernel = kernel
-        try:
-            self._with_scope(Scope(node, self._function_parent()), lambda: [self.visit(s) for s in node.body])
-        finally:
-            self.in_kernel = saved
+        self._with_scope(Scope(node, self._function_parent()), lambda: [self.visit(s) for s in node.body])
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -426,12 +372,3 @@ def _constant_getattr(node):
 def _configurable(path: str) -> bool:
     """Settings a notebook may change: torch's backend switches (cudnn, matmul precision)."""
     return canonical(path).startswith("torch.backends")
-
-
-def _is_kernel_decorator(refs) -> bool:
-    for ref in refs:
-        if isinstance(ref, Path):
-            full = canonical(ref.dotted)
-            if full.startswith("triton") and full.rsplit(".", 1)[-1] in ("jit", "autotune", "heuristics"):
-                return True
-    return False

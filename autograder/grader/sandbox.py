@@ -150,6 +150,10 @@ class SandboxClient(SteadyNotebookClient):
         self.cell_seconds, self.cell_deadline = seconds, time.monotonic() + seconds
         self.timeout_func = lambda cell: max(self.cell_deadline - time.monotonic(), 0.001)
 
+    def forget(self, cell_index):
+        """What a cell run aside (the answer program, the reset) printed is not the notebook cell's own."""
+        getattr(self, "_kept", {}).pop(cell_index, None)
+
     def printed(self, cell_index) -> int:
         """Characters of output the cell has sent so far, kept or not."""
         return getattr(self, "_kept", {}).get(cell_index, 0)
@@ -354,9 +358,25 @@ def _kernel_pid(client):
 DEFAULT_LIMITS = Limits()
 
 
-def run_notebook(nb, limits=DEFAULT_LIMITS, trusted_names=None, hidden=(), answer_key=None, pool=None):
+@dataclasses.dataclass(frozen=True)
+class ByHandFirst:
+    """The by-hand exercises, graded before anything else of the notebook runs (`autograder.grader.judge`):
+    a fresh kernel runs `program` (the answers' reach, `reach.ProgramCell`s) and then the grade cells at
+    `cells`; only then is its namespace reset and the whole notebook run, those grade cells left out."""
+    program: tuple
+    cells: tuple
+
+
+# Run by the grader in the kernel between the by-hand exercises and the notebook: the namespace as a fresh
+# kernel's, and torch's generator as a fresh kernel seeds it.
+RESET = ("get_ipython().run_line_magic('reset', '-f')\n"
+         "__import__('torch').manual_seed(__import__('torch').Generator().initial_seed()) and None")
+
+
+def run_notebook(nb, limits=DEFAULT_LIMITS, trusted_names=None, hidden=(), answer_key=None, pool=None,
+                 first: ByHandFirst | None = None):
     """Execute `nb` in place within `limits`, each kernel in a sandbox; return a list of
-    (cell index, problem) it met.
+    (cell index, problem) it met. With `first`, the by-hand exercises are graded first (`ByHandFirst`).
 
     With `trusted_names` (the names the answers define), test cells run here in the grader's
     process instead of the kernel, and reach student code only through calls sent to the kernel
@@ -378,21 +398,55 @@ def run_notebook(nb, limits=DEFAULT_LIMITS, trusted_names=None, hidden=(), answe
         return isolation.Sandbox(limits, sandboxed=sandboxed, answer_key=answer_key, hidden=hidden)
 
     key = (dataclasses.astuple(limits), str(answer_key), tuple(map(str, hidden)))
-    return _run_cells(nb, limits, trusted_names, new_sandbox, pool, key)
+    return _run_cells(nb, limits, trusted_names, new_sandbox, pool, key, _steps(nb, first))
 
 
-def _replay(client, nb, indices, deadline, limits) -> None:
-    """Run earlier cells again on a fresh kernel to rebuild definitions, keeping their first
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One thing to run: a notebook cell ("cell"), a by-hand grade cell graded first ("first"), a cell of the
+    answer program ("program", `source` at the notebook cell `index`), or the reset between the two ("reset")."""
+    kind: str
+    index: int = 0
+    source: str = ""
+
+
+def _steps(nb, first) -> list:
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    if first is None or not first.cells:
+        return [Step("cell", i) for i in code]
+    graded_first = set(first.cells)
+    return [*(Step("program", cell.index, cell.source) for cell in first.program),
+            *(Step("first", i) for i in first.cells), Step("reset", code[0] if code else 0),
+            *(Step("cell", i) for i in code if i not in graded_first)]
+
+
+def _run_aside(client, nb, step) -> None:
+    """Run a program or reset step as a cell of its own at its notebook cell's place, leaving that cell as it was
+    (outputs, and what it has printed so far)."""
+    original = nb.cells[step.index]
+    source = RESET if step.kind == "reset" else step.source
+    try:
+        client.execute_cell(nbformat.v4.new_code_cell(source), step.index)
+    finally:
+        nb.cells[step.index] = original
+        client.forget(step.index)
+
+
+def _replay(client, nb, steps, deadline, limits) -> None:
+    """Run earlier cells (or program steps) again on a fresh kernel to rebuild definitions, keeping their first
     outputs; the time this takes counts toward the submission's limit."""
-    for index in indices:
+    for step in steps:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return
         client.budget(min(limits.cell_seconds, remaining))
-        original = nb.cells[index]
         with contextlib.suppress(CellTimeoutError, DeadKernelError):
-            client.execute_cell(nbformat.from_dict(dict(original, outputs=[])), index)
-        nb.cells[index] = original  # nbclient stores the copy it ran; keep what the student saw first
+            if step.kind == "program":
+                _run_aside(client, nb, step)
+                continue
+            original = nb.cells[step.index]
+            client.execute_cell(nbformat.from_dict(dict(original, outputs=[])), step.index)
+            nb.cells[step.index] = original  # nbclient stores the copy it ran; keep what the student saw first
 
 
 def _timed_out(client, limits, err) -> tuple:
@@ -405,11 +459,10 @@ def _timed_out(client, limits, err) -> tuple:
     return "CellTimeLimit", f"stopped after {limits.cell_seconds:g} s: does a loop never end?"
 
 
-def _run_cells(nb, limits, trusted_names, new_sandbox, pool, key):
-    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+def _run_cells(nb, limits, trusted_names, new_sandbox, pool, key, steps):
     deadline = time.monotonic() + limits.submission_seconds
     replayable, problems, position = [], [], 0
-    while position < len(code):
+    while position < len(steps):
         client = SandboxClient(nb, allow_errors=True, interrupt_on_timeout=False, kernel_name="python3",
                                shutdown_kernel="immediate", extra_arguments=list(HISTORY))
         client.output_chars, client.new_sandbox, client.pool, client.pool_key = (limits.output_chars, new_sandbox,
@@ -421,8 +474,8 @@ def _run_cells(nb, limits, trusted_names, new_sandbox, pool, key):
                 with MemoryWatch(_kernel_pid(client), limits.memory_mb,
                                  out_of_memory=client.sandbox.out_of_memory if client.sandbox else None) as watch:
                     _replay(client, nb, replayable, deadline, limits)
-                    position = _run_until_a_kernel_ends(client, nb, code, position, deadline, limits, trusted_names,
-                                                        watch, replayable, problems)
+                    position = _run_until_a_kernel_ends(client, nb, steps, position, deadline, limits,
+                                                        trusted_names, watch, replayable, problems)
         finally:
             left = client.sandbox.end() if client.sandbox is not None else 0
         if left:
@@ -432,22 +485,29 @@ def _run_cells(nb, limits, trusted_names, new_sandbox, pool, key):
     return problems
 
 
-def _run_until_a_kernel_ends(client, nb, code, position, deadline, limits, trusted_names, watch, replayable, problems):
-    """Run cells from `position` until the notebook ends or the kernel has to be replaced; return
+def _run_until_a_kernel_ends(client, nb, steps, position, deadline, limits, trusted_names, watch, replayable,
+                             problems):
+    """Run steps from `position` until the notebook ends or the kernel has to be replaced; return
     the position to go on from."""
-    while position < len(code):
-        index = code[position]
+    while position < len(steps):
+        step = steps[position]
+        index = step.index
         position += 1
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            problem = f"not run: the submission used its whole {limits.submission_seconds:g} s"
-            nb.cells[index].outputs = [error_output("SubmissionTimeLimit", problem)]
-            problems.append((index, problem))
+        if remaining <= 0 and step.kind != "done":
+            if step.kind in ("cell", "first"):
+                problem = f"not run: the submission used its whole {limits.submission_seconds:g} s"
+                nb.cells[index].outputs = [error_output("SubmissionTimeLimit", problem)]
+                problems.append((index, problem))
+            continue
+        if step.kind == "done":
             continue
         client.budget(min(limits.cell_seconds, remaining))
         graded_here = trusted_names is not None and utils.is_grade(nb.cells[index])
         try:
-            if graded_here:
+            if step.kind in ("program", "reset"):
+                _run_aside(client, nb, step)
+            elif graded_here:
                 _grade_here(client, nb, index, trusted_names)
             else:
                 client.execute_cell(nb.cells[index], index)
@@ -459,17 +519,35 @@ def _run_until_a_kernel_ends(client, nb, code, position, deadline, limits, trust
                 name, problem = _timed_out(client, limits, err)
             else:
                 problem, name = _death(watch, limits, client.sandbox), "KernelDied"
-            nb.cells[index].outputs.append(error_output(name, problem))
+            if step.kind == "program":  # every by-hand exercise needed it: each fails with what happened
+                _program_failed(steps, position, nb, f"cell {index + 1}, which your by-hand answers need, did "
+                                                     f"not run to its end when they were graded: {problem}")
+            elif step.kind == "cell" or step.kind == "first":
+                nb.cells[index].outputs.append(error_output(name, problem))
             problems.append((index, problem))
+            if step.kind == "reset":
+                replayable.clear()
             return position
-        if not utils.is_grade(nb.cells[index]):
-            replayable.append(index)
+        if step.kind == "reset":
+            replayable.clear()  # a kernel started after this point runs the notebook alone, as a fresh one
+        elif step.kind == "program" or (step.kind == "cell" and not utils.is_grade(nb.cells[index])):
+            replayable.append(step)
         elif client.printed(index) > limits.output_chars:
             problem = (f"the cell printed {client.printed(index):,} characters; "
                        f"at most {limits.output_chars:,} are allowed")
             nb.cells[index].outputs.append(error_output("OutputLimit", problem))
             problems.append((index, problem))
     return position
+
+
+def _program_failed(steps, position, nb, message):
+    """The answer program stopped: every by-hand grade cell still to come scores 0 with `message`, ungraded."""
+    for step in steps[position:]:
+        if step.kind == "first":
+            nb.cells[step.index].outputs = [error_output("AnswerNotRun", message)]
+    for i, step in enumerate(steps[position:], start=position):
+        if step.kind == "first":
+            steps[i] = Step("done", step.index)
 
 
 def _death(watch, limits, sandbox=None):
