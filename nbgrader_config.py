@@ -2,7 +2,7 @@
 from nbgrader.converters import Autograde, GenerateFeedback
 from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, Execute, SaveAutoGrades
 
-from autograder.grader.execution import SteadyClientMixin
+from autograder.grader.by_hand_first import ByHandFirstExecute
 from autograder.grader.feedback import HideHiddenTests
 from autograder.grader.judge import ByHandRules
 from autograder.grader.recording import BoundedPartialCredit
@@ -28,24 +28,21 @@ c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
 
 
-class SteadyExecute(SteadyClientMixin, Execute):
-    """nbgrader's Execute, without the stall that widget cells cause (see autograder/grader/execution.py)."""
-
-
 # Each submitted notebook is rebuilt from the gradebook's source cells (autograder/grader/sanitize.py):
 # a duplicated, added, retyped or re-flagged grade cell cannot fail the whole notebook or earn
 # points, and a test cell that is just as released (hidden tests removed) is restored without
 # nbgrader's "checksum has changed" warning; only a real edit is logged.
 c.Autograde.sanitize_preprocessors = [ClearOutput, RestoreFromSource, CheckCellMetadata]
 
-# Execution without the widget stall; the by-hand judge's verdicts, read from the source
+# Execution without the widget stall, the by-hand exercises graded first in the fresh kernel after their
+# answers alone (autograder/grader/by_hand_first.py); the by-hand judge's verdicts, read from the source
 # (autograder/grader/judge.py); a test cell's last value counts as partial credit only between 0 and
 # its points (nbgrader would raise on more and give full marks for less than 0).
 _steps = []
 for _step in Autograde.class_traits()["autograde_preprocessors"].default():
     if _step is SaveAutoGrades:
         _steps += [ByHandRules, BoundedPartialCredit]
-    _steps.append(SteadyExecute if _step is Execute else _step)
+    _steps.append(ByHandFirstExecute if _step is Execute else _step)
 c.Autograde.autograde_preprocessors = _steps
 
 # nbgrader scores a test cell that writes to stderr as 0; library warnings must not cost points.
