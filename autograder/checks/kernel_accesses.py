@@ -15,6 +15,9 @@ atomics have their own) make such kernels fail on a CPU too, and keep what the v
   still holds `UNSET` was written from memory torch.empty left unset, not left unwritten;
 - the first load (or atomic) that read `UNSET` is kept as a `Place`.
 
+A load or store outside a counted launch (`JITFunction.run` put back by the learner's code, then replaced again),
+or a memory primitive no longer the watch's at the end, fails the call (`op_watch.GuardSwitchedOff`).
+
 Compiled launches (on a GPU) are not watched: there the hardware does what these imitate.
 """
 import contextlib
@@ -23,6 +26,8 @@ import sys
 
 import numpy as np
 import torch
+
+from autograder.checks.op_watch import switched_off
 
 
 def span(shape, stride) -> int:
@@ -77,6 +82,8 @@ class Accesses:
         self.read_unset = None  # the Place of the first load or atomic that read UNSET
         self.without_other = []  # kernels that left lanes of a masked load without other= to the marker
         self._kernel, self._tensors, self._grid = None, [], (1, 1, 1)  # the launch under way
+        self._launching = False
+        self.uncounted = False  # whether memory was reached outside every counted launch
         self._stores = []  # (addresses, program) of the launch under way's plain stores
         self._written = []  # arrays of the addresses stores and atomics reached during the call
 
@@ -88,10 +95,11 @@ class Accesses:
         named = list(zip(getattr(kernel, "arg_names", ()), args)) + list(kwargs.items())
         self._tensors = [(name, t.data_ptr(), t.data_ptr() + span(t.shape, t.stride()) * t.element_size(),
                           t.element_size()) for name, t in named if isinstance(t, torch.Tensor)]
-        self._stores = []
+        self._stores, self._launching = [], True
         try:
             yield
         finally:
+            self._launching = False
             self._finish()
 
     def _place(self, address) -> Place:
@@ -109,6 +117,10 @@ class Accesses:
     def _grid_index(self, program) -> tuple:
         yz = self._grid[1] * self._grid[2]
         return int(program) // yz, int(program) % yz // self._grid[2], int(program) % self._grid[2]
+
+    def reached(self):
+        """A memory primitive ran: inside a counted launch, or a launch the counter never saw."""
+        self.uncounted = self.uncounted or not self._launching
 
     def loaded(self, ptrs, mask, other, ret):
         """A load: masked-off lanes without other= get the marker; a lane read from UNSET is noted."""
@@ -176,28 +188,38 @@ def watched(accesses):
     load, store, rmw, cas = (originals[name] for name in MEMORY_OPS)
 
     def masked_load(self, ptrs, mask, other, *rest, **kwargs):
+        accesses.reached()
         ret = load(self, ptrs, mask, other, *rest, **kwargs)
         accesses.loaded(ptrs, mask, other, ret)
         return ret
 
     def masked_store(self, ptrs, value, mask, *rest, **kwargs):
+        accesses.reached()
         accesses.stored(self, ptrs, mask)
         return store(self, ptrs, value, mask, *rest, **kwargs)
 
     def atomic_rmw(self, op, ptrs, value, mask, *rest, **kwargs):
+        accesses.reached()
         old = rmw(self, op, ptrs, value, mask, *rest, **kwargs)
         accesses.updated(ptrs, mask, old)
         return old
 
     def atomic_cas(self, ptrs, compare, value, *rest, **kwargs):
+        accesses.reached()
         old = cas(self, ptrs, compare, value, *rest, **kwargs)
         accesses.updated(ptrs, None, old)
         return old
 
-    for name, hook in zip(MEMORY_OPS, (masked_load, masked_store, atomic_rmw, atomic_cas)):
+    hooks = dict(zip(MEMORY_OPS, (masked_load, masked_store, atomic_rmw, atomic_cas)))
+    for name, hook in hooks.items():
         setattr(builder, name, hook)
     try:
         yield
     finally:
+        replaced = [name for name, hook in hooks.items() if vars(builder).get(name) is not hook]
         for name, original in originals.items():
             setattr(builder, name, original)
+        if replaced or accesses.uncounted:
+            how = (f"InterpreterBuilder.{replaced[0]} replaced, so loads and stores went unwatched" if replaced else
+                   "a kernel ran outside the grader's launch counter: JITFunction.run put back during the call")
+            raise switched_off("its kernel launches", how)

@@ -17,7 +17,14 @@ code runs):
   `other=` hold a fourth marker (`MASKED`), two programs of a launch storing to one element are a race, and
   a load of `UNSET` memory is noted (on a GPU these are wrong answers the interpreter would hide);
 - every ATen operation outside a launch that is not an allocation, a view or a copy is recorded:
-  the graded functions compute in their kernels, and torch only allocates and launches.
+  the graded functions compute in their kernels, and torch only allocates and launches;
+- so is, outside a launch, the first way out of torch (a tensor's data read into NumPy or Python numbers:
+  `Tensor.numpy`, `np.asarray`, `tolist`, `item`, `float`) or in (a tensor built from NumPy or Python data:
+  `torch.from_numpy`, `torch.tensor`, `torch.as_tensor`), and the first tensor an operation is given, or the call
+  returns, that no operation of the call made (not an input, allocation, view or copy): NumPy's, or computed
+  while the learner's code had switched the watch off;
+- the guard is an `op_watch.GuardedMode`, and the launch counters and memory watches must still be in place at the
+  end: code that switches any of them off fails the call (`op_watch.GuardSwitchedOff`).
 
 Afterwards `KernelRun` says what happened, as data: what came back (compact copies), the launches,
 the first refused operation, which buffers were written outside the tensor, which inputs changed,
@@ -31,10 +38,11 @@ import sys
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils import _pytree as pytree
 
 from autograder.checks import kernel_accesses
 from autograder.checks.compare import GradingError
+from autograder.checks.op_watch import GuardedMode, switched_off
 from autograder.learner import triton_setup
 
 PAD = 16384  # marked elements before and after each tensor: more than a block (<= 4096) can overrun
@@ -53,9 +61,16 @@ FILLED_ALLOCATIONS = {"zeros", "zeros_like", "new_zeros", "ones", "ones_like", "
                       "new_full", "scalar_tensor"}
 ALLOWED = ALLOCATIONS | FILLED_ALLOCATIONS | {
     "fill_", "zero_", "view", "_unsafe_view", "as_strided", "t", "transpose", "permute", "expand", "slice", "select",
-    "unsqueeze", "squeeze", "alias", "detach", "split", "unbind", "clone", "copy_", "_to_copy", "lift_fresh",
-    "lift_fresh_copy", "_reshape_alias",
+    "unsqueeze", "squeeze", "alias", "detach", "split", "unbind", "clone", "copy_", "_to_copy", "_reshape_alias",
 }
+# ATen operations that take data out of torch or bring it in: computing in NumPy or Python is maths outside the kernel.
+OUT_OF_TORCH = {"_local_scalar_dense": "reads a number out of a tensor (.item(), float(t), int(t), if t: ...)",
+                **dict.fromkeys(("lift_fresh", "lift_fresh_copy", "lift"), "builds a tensor from NumPy or Python data "
+                                "(torch.from_numpy, torch.tensor, torch.as_tensor)")}
+# Tensor methods that hand a tensor's data to NumPy or Python (some reach no ATen operation at all).
+DATA_OUT = {getattr(torch.Tensor, name): name for name in (
+    "numpy", "__array__", "tolist", "item", "__float__", "__int__", "__index__", "__bool__", "__complex__",
+    "__dlpack__", "data_ptr", "untyped_storage", "storage") if hasattr(torch.Tensor, name)}
 
 
 def _short(name: str) -> str:
@@ -184,30 +199,61 @@ def kernel_classes():
     return found
 
 
-class KernelGuard(TorchDispatchMode):
-    """While active: allocations come from marked buffers, launches are counted, and (with `refuse`)
-    the first ATen operation outside a launch that is not an allocation, view or copy is recorded."""
+def _storage(t) -> int:
+    """Where a tensor's storage starts (0 for one with none, or nothing in it)."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
 
-    @classmethod
-    def _should_skip_dynamo(cls):
-        return False  # as OpWatch: keep __torch_dispatch__ unwrapped (wrapping imports torch._dynamo)
 
-    def __init__(self, refuse=True):
+def _tensors(value):
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+class KernelGuard(GuardedMode):
+    """While active: allocations come from marked buffers, launches are counted, and (with `refuse`) the first
+    ATen operation outside a launch that is not an allocation, view or copy is recorded, with the first way out
+    of torch or into it (`outside`) and the first tensor no operation of the call made (`unseen`; `known`: the
+    inputs' buffers, made before)."""
+
+    def __init__(self, refuse=True, known=()):
         super().__init__()
         self.refuse, self.launches, self.inside, self.refused, self.allocated = refuse, 0, 0, None, []
+        self.outside = self.unseen = None
+        self.made = {_storage(t) for t in known}  # storages of the inputs and of every output of an operation
         self.largest_block = None  # (name, value) of the largest integer constexpr of any launch
         self.accesses = kernel_accesses.Accesses(UNSET, MASKED)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+    def made_here(self, t) -> bool:
+        """Whether `t` is an input, or a view of what an operation of the call made."""
+        return t.numel() == 0 or not _storage(t) or _storage(t) in self.made
+
+    def called(self, func, args, kwargs):
+        if self.refuse and not self.inside and self.outside is None and func in DATA_OUT:
+            self.outside = f"reads a tensor's data out of torch (Tensor.{DATA_OUT[func]})"
+
+    def seen(self, func, types, args, kwargs):
+        out = func(*args, **kwargs)
         if self.inside:  # Triton's own handling of the arguments (the interpreter copies storages)
             return out
         name = _short(func._schema.name)
-        if self.refuse and self.refused is None and name not in ALLOWED:
-            self.refused = func._schema.name
+        if self.refuse:
+            self._judge(func._schema.name, args, kwargs)
         if (name in ALLOCATIONS or name in FILLED_ALLOCATIONS) and isinstance(out, torch.Tensor):
-            return self._marked(out, unset=name in ALLOCATIONS)
+            out = self._marked(out, unset=name in ALLOCATIONS)
+        self.made.update(_storage(t) for t in _tensors(out))
         return out
+
+    def _judge(self, op, args, kwargs):
+        """Record `op` (an ATen name) where it is maths, a way out of torch, or given a tensor the call never made."""
+        name = _short(op)
+        if name in OUT_OF_TORCH:
+            self.outside = self.outside or f"{OUT_OF_TORCH[name]}: {op}"
+        elif name not in ALLOWED:
+            self.refused = self.refused or op
+        if self.unseen is None and not all(self.made_here(t) for t in _tensors((args, kwargs))):
+            self.unseen = f"a tensor your code passed to {op}"
 
     def _marked(self, out, unset):
         """`out` given out from a marked buffer (same shape, strides, dtype and device)."""
@@ -227,7 +273,8 @@ class KernelGuard(TorchDispatchMode):
 
     @contextlib.contextmanager
     def launches_counted(self):
-        """Count every Triton launch; Triton's own torch calls during a launch are not the learner's."""
+        """Count every Triton launch; Triton's own torch calls during a launch are not the learner's. A counter
+        no longer in place at the end fails the call (GuardSwitchedOff)."""
         classes = kernel_classes()
         originals = {cls: vars(cls)["run"] for cls in classes}
 
@@ -245,14 +292,18 @@ class KernelGuard(TorchDispatchMode):
                     self.inside -= 1
             return run
 
-        for cls in classes:
-            cls.run = counted(originals[cls])
+        installed = {cls: counted(originals[cls]) for cls in classes}
+        for cls, run in installed.items():
+            cls.run = run
         try:
             with kernel_accesses.watched(self.accesses):
                 yield
         finally:
+            replaced = [cls.__name__ for cls, run in installed.items() if vars(cls).get("run") is not run]
             for cls, original in originals.items():
                 cls.run = original
+            if replaced:
+                raise switched_off("its kernel launches", f"{replaced[0]}.run replaced, so launches went uncounted")
 
 
 @dataclasses.dataclass
@@ -261,6 +312,8 @@ class KernelRun:
     result: object = None
     launches: int = 0
     refused: str = None
+    outside: str = None  # the first way out of torch or into it outside a launch (NumPy, Python numbers), said
+    unseen: str = None  # the first tensor no operation of the call made, said: where it was met
     wrote_outside: list = dataclasses.field(default_factory=list)
     changed: list = dataclasses.field(default_factory=list)
     unwritten: dict = dataclasses.field(default_factory=dict)  # position in the result -> unwritten()
@@ -285,9 +338,10 @@ def _parts(value):
 
 
 @contextlib.contextmanager
-def guarded(refuse=True):
-    """The guard as a block: `with guarded() as guard:`; launches counted, allocations marked."""
-    guard = KernelGuard(refuse)
+def guarded(refuse=True, known=()):
+    """The guard as a block: `with guarded() as guard:`; launches counted, allocations marked (`known`: the
+    buffers of the inputs, which the call did not make)."""
+    guard = KernelGuard(refuse, known)
     with guard.launches_counted(), guard:
         yield guard
 
@@ -300,7 +354,10 @@ def report(guard, regions, result) -> KernelRun:
     left = {i: unwritten(parts[i], elements) for i, elements in stored.items()}
     spoiled = {i: from_unset(parts[i], elements) for i, elements in stored.items()}
     largest = max(guard.allocated, key=lambda r: r.view.numel(), default=None)
+    returned = [i for i, part in enumerate(parts) if isinstance(part, torch.Tensor) and not guard.made_here(part)]
+    unseen = guard.unseen or (_returned(returned[0], parts) if guard.refuse and returned else None)
     return KernelRun(result=_compact(result), launches=guard.launches, refused=guard.refused,
+                     outside=guard.outside, unseen=unseen,
                      wrote_outside=[r.name for r in everything if r.written_outside()],
                      changed=[r.name for r in regions if r.changed()],
                      unwritten={i: counts for i, counts in left.items() if counts},
@@ -308,6 +365,10 @@ def report(guard, regions, result) -> KernelRun:
                      largest_block=guard.largest_block, race=guard.accesses.race,
                      read_unset=guard.accesses.read_unset, without_other=list(guard.accesses.without_other),
                      largest_allocation=None if largest is None else (largest.view.numel(), tuple(largest.view.shape)))
+
+
+def _returned(position, parts) -> str:
+    return "the tensor your code returned" if len(parts) == 1 else f"the tensor at position {position} of its result"
 
 
 def require_triton():
@@ -325,6 +386,7 @@ def run_guarded(fn, *tensors, names, gapped=()):
     regions = [Region.input(name, t, gapped=name in gapped) if isinstance(t, torch.Tensor) else t
                for name, t in zip(names, tensors)]
     args = [r.view if isinstance(r, Region) else r for r in regions]
-    with guarded() as guard:
+    inputs = [r for r in regions if isinstance(r, Region)]
+    with guarded(known=[r.buffer for r in inputs]) as guard:
         result = fn(*args)
-    return report(guard, [r for r in regions if isinstance(r, Region)], result)
+    return report(guard, inputs, result)

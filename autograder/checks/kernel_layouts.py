@@ -69,9 +69,10 @@ def run_laid_out(fn, *values, names, layouts):
     regions = [laid_out(name, v, layouts.get(name)) if isinstance(v, torch.Tensor) else v
                for name, v in zip(names, values)]
     args = [r.view if isinstance(r, Region) else r for r in regions]
-    with guarded() as guard:
+    inputs = [r for r in regions if isinstance(r, Region)]
+    with guarded(known=[r.buffer for r in inputs]) as guard:
         result = fn(*args)
-    return report(guard, [r for r in regions if isinstance(r, Region)], result)
+    return report(guard, inputs, result)
 
 
 def story(name, t, layout) -> str:

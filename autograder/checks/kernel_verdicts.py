@@ -1,9 +1,10 @@
 """What a guarded call's record (`kernel_guard.KernelRun`) says about the learner's kernel, in their terms.
 
 The order is the order of severity: a write outside a tensor first (on a GPU it corrupts another
-tensor or crashes the process), then torch maths outside the kernel, the number of launches, two
-programs storing to one element, elements the kernel never wrote or computed from unset memory, NaN
-from masked-off lanes or read from outside an input, and last the values themselves.
+tensor or crashes the process), then maths outside the kernel (torch's, then NumPy's or Python's, then a
+tensor no operation the checks saw made), the number of launches, two programs storing to one element,
+elements the kernel never wrote or computed from unset memory, NaN from masked-off lanes or read from
+outside an input, and last the values themselves.
 """
 import functools
 
@@ -50,6 +51,15 @@ def check_rules(exercise, run, shown, *, launches, why):
                        "the output your function allocated", shown)
     if run.refused is not None:
         fail(exercise, f"computes with torch ({run.refused}) outside your kernel: in {exercise}, {ALLOWED_TORCH}",
+             shown)
+    if run.outside is not None:
+        fail(exercise, f"{run.outside} outside your kernel: what NumPy or Python computes there is maths outside the "
+                       f"kernel as much as torch's; in {exercise}, {ALLOWED_TORCH}", shown)
+    if run.unseen is not None:
+        fail(exercise, f"{run.unseen} was made by no torch operation of the call the checks saw (it is no input, and "
+                       "no tensor the call allocated, viewed or copied): a tensor from NumPy (torch.from_numpy, "
+                       "torch.from_dlpack), one made before the call, or one computed while the checks' watch of "
+                       f"torch was switched off (torch._C._DisableTorchDispatch). In {exercise}, {ALLOWED_TORCH}",
              shown)
     if run.largest_block is not None and run.largest_block[1] > BLOCK_LIMIT:
         name, value = run.largest_block

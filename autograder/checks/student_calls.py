@@ -12,6 +12,7 @@ import io
 import signal
 import sys
 import threading
+import types
 import warnings
 
 import torch
@@ -24,6 +25,7 @@ except ImportError:  # a torch without it has no such door to shut: the checks m
 
 from autograder.checks import boundary
 from autograder.checks.compare import GradingError, describe, expect_close, fail
+from autograder.checks.op_watch import GuardSwitchedOff, switched_off
 
 
 class _TimeLimit(BaseException):
@@ -87,9 +89,31 @@ _AUTOGRAD_DOORS = [
 ]  # a private door missing from this torch is left out (hasattr below)
 
 
+def _attribute_trap(owner):
+    """Why setting an attribute of `owner` might not do what it does for a plain module (or for torch.Tensor, a
+    class), or None: a class of its own that sets, gets or deletes attributes its own way (a module's
+    `__class__` replaced) would leave a door open while the grader believed it shut."""
+    cls, plain = type(owner), (type if isinstance(owner, type) else types.ModuleType)
+    own = [name for name in ("__setattr__", "__getattribute__", "__delattr__")
+           if getattr(cls, name) is not getattr(plain, name)]
+    return f"{_door(owner)}'s class is {cls.__qualname__}, whose {own[0]} is not Python's own" if own else None
+
+
+def _door(owner, name=None) -> str:
+    where = _qualified(owner) if isinstance(owner, type) else getattr(owner, "__name__", repr(owner))
+    return where if name is None else f"{where}.{name}"
+
+
+def _set(owner, name, value):
+    """setattr as Python's own class does it, whatever class `owner` now has."""
+    (type.__setattr__ if isinstance(owner, type) else object.__setattr__)(owner, name, value)
+
+
 @contextlib.contextmanager
 def _autograd_forbidden(exercise):
-    """Make every use of autograd raise, for exercises that must be derived by hand."""
+    """Make every use of autograd raise, for exercises that must be derived by hand. The doors are checked:
+    each owner must set attributes as a plain module does, each refusal must be what a lookup finds, and must
+    still be there at the end; otherwise the call fails (GuardSwitchedOff)."""
     def refusal():
         # one function per door: torch._dynamo, imported while the doors are shut, rejects
         # a single function object registered under several torch names
@@ -97,14 +121,25 @@ def _autograd_forbidden(exercise):
             raise _UsedAutograd()
         return refuse
 
-    saved = [(owner, name, getattr(owner, name)) for owner, name in _AUTOGRAD_DOORS if hasattr(owner, name)]
-    for owner, name, _ in saved:
-        setattr(owner, name, refusal())
+    doors = [(owner, name, getattr(owner, name), refusal()) for owner, name in _AUTOGRAD_DOORS if hasattr(owner, name)]
+    trap = next(filter(None, (_attribute_trap(owner) for owner, *_ in doors)), None)
+    if trap is not None:
+        raise switched_off("autograd", f"{trap}, so the grader's refusals of autograd would not take",
+                           "before the call")
     try:
+        for owner, name, _, refuse in doors:
+            _set(owner, name, refuse)
+            if getattr(owner, name) is not refuse:
+                raise switched_off("autograd", f"{_door(owner, name)} stayed as it was when the grader replaced it "
+                                               "with a refusal", "before the call")
         yield
+        reopened = [_door(owner, name) for owner, name, _, refuse in doors
+                    if getattr(owner, name) is not refuse or _attribute_trap(owner)]
+        if reopened:
+            raise switched_off("autograd", f"{reopened[0]} no longer held the grader's refusal at the end")
     finally:
-        for owner, name, original in saved:
-            setattr(owner, name, original)
+        for owner, name, original, _ in doors:
+            _set(owner, name, original)
 
 
 class _UsedAutograd(BaseException):
@@ -157,22 +192,42 @@ def _qualified(thing) -> str:
     return f"{getattr(thing, '__module__', '?')}.{getattr(thing, '__qualname__', repr(thing))}"
 
 
+_SETPROFILE, _GETPROFILE = sys.setprofile, sys.getprofile  # bound here: a replaced sys.setprofile is still seen
+
+
+def _installs_a_watch(frame) -> bool:
+    """Whether a call of sys.setprofile comes from `profiled` itself (a nested watch, which passes every call on)."""
+    return frame.f_code is _PROFILED_CODE and frame.f_globals is globals()
+
+
 @contextlib.contextmanager
 def profiled(callback):
     """Run the block with `callback(frame, event, arg)` called on every Python and C call (sys.setprofile).
-    Watches nest: the one that was there before keeps receiving every call, and is back afterwards."""
-    previous = sys.getprofile()
+    Watches nest: the one that was there before keeps receiving every call, and is back afterwards. A block that
+    calls sys.setprofile itself, or leaves another profile function in place, switched the watch off: the call
+    fails (GuardSwitchedOff)."""
+    previous = _GETPROFILE()
+    calls = []  # the block's own calls of sys.setprofile
 
     def chained(frame, event, arg):
+        if event == "c_call" and arg is _SETPROFILE and not _installs_a_watch(frame):
+            calls.append(frame.f_code.co_name)
         callback(frame, event, arg)
         if previous is not None:
             previous(frame, event, arg)
 
-    sys.setprofile(chained)
+    _SETPROFILE(chained)
     try:
         yield
     finally:
-        sys.setprofile(previous)
+        replaced = _GETPROFILE() is not chained
+        _SETPROFILE(previous)
+        if calls or replaced:
+            how = f"sys.setprofile called in {calls[0]}" if calls else "the grader's profile function gone at the end"
+            raise switched_off("the functions it calls", how)
+
+
+_PROFILED_CODE = profiled.__wrapped__.__code__
 
 
 @contextlib.contextmanager
@@ -182,7 +237,8 @@ def forbidden(exercise, *things, inputs=None):
 
     A profile hook watches every Python call, so `from torch.amp import GradScaler` bound
     before grading, a subclass, an alias or a renamed copy of its code are all caught; the block
-    runs to its end first. Blocks nest: an inner one passes every call on to the outer one.
+    runs to its end first. Blocks nest: an inner one passes every call on to the outer one. A block
+    that switches the hook off fails (see `profiled`).
     """
     by_place = {_place(code): thing for thing in things for code in _code_objects(thing)}
     used = []
@@ -235,6 +291,8 @@ def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=F
                         "this exercise asks you to compute the derivative yourself", inputs)
     except UsedAnswerKey as used:
         fail(exercise, f"called {used}: write your own implementation", inputs)
+    except GuardSwitchedOff as off:
+        fail(exercise, str(off), inputs)
     except _TimeLimit:
         fail(exercise, f"did not return within {time_limit:g} s: is there a loop that never ends?", inputs)
     except GradingError:
