@@ -398,8 +398,11 @@ def test_no_right_answer_of_the_catalogue_is_refused(case):
 
 
 def _refusing(keyword) -> bool:
-    """`no_autograd=True`, or `forbid=` some calls (not a parameter passed on, not empty)."""
+    """`no_autograd=True`, `forbid=` some calls (not a parameter passed on, not empty), or a rule's guards
+    (`**guards_of(BY_HAND, exercise)`)."""
     value = keyword.value
+    if keyword.arg is None:
+        return isinstance(value, ast.Call) and getattr(value.func, "id", None) in ("guards_of", "guards")
     if keyword.arg == "no_autograd":
         return isinstance(value, ast.Constant) and value.value is True
     return keyword.arg == "forbid" and not isinstance(value, ast.Name) and not (
@@ -407,8 +410,8 @@ def _refusing(keyword) -> bool:
 
 
 def guarding_functions() -> set:
-    """Names of the functions of autograder/checks that refuse autograd or forbid a call (`no_autograd=True`,
-    `forbid=...`, the guards of a rule, a run under `guarded`, notebook 09's kernel guard), directly or through
+    """Names of the functions of autograder/checks that refuse autograd or forbid a call (the guards of a rule,
+    `no_autograd=True`, `forbid=...`, a run under `guarded`, notebook 09's kernel guard), directly or through
     another of them (by name: a helper of the same name elsewhere counts too, which can only add grade cells)."""
     calls, guards = {}, set()
     for path in (ROOT / "autograder" / "checks").rglob("*.py"):
@@ -416,8 +419,7 @@ def guarding_functions() -> set:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 inner = list(ast.walk(node))
                 if any(isinstance(k, ast.keyword) and _refusing(k) for k in inner) or node.name in (
-                        "run_guarded", "guarded") or any(isinstance(n, ast.Attribute) and n.attr == "guards"
-                                                         for n in inner):
+                        "run_guarded", "guarded"):
                     guards.add(node.name)
                 calls.setdefault(node.name, set()).update(  # called or handed on (functools.partial(run_guarded, ...))
                     n.id if isinstance(n, ast.Name) else n.attr for n in inner

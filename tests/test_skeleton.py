@@ -20,9 +20,9 @@ NUMBER = max(int(name[:2]) for name in course.assignment_names()) + 1
 NAME, TITLE = f"{NUMBER:02d}_skeleton", "A notebook laid out by backprop-course new"
 PACKAGE = f"nb{NAME}"
 WRITTEN = [f"solutions/{NAME}/{NAME}.ipynb", f"autograder/checks/{PACKAGE}/__init__.py",
-           f"autograder/checks/{PACKAGE}/cube.py", f"autograder/learner/quizzes/{NAME}.yaml",
-           f"tests/mutants/{PACKAGE}.py", "tests/test_derive.py", "tests/test_quiz_content.py",
-           "autograder/grader/judge.py", "README.md", f"notebooks/{NAME}.ipynb"]
+           f"autograder/checks/{PACKAGE}/cube.py", f"autograder/checks/{PACKAGE}/rules.py",
+           f"autograder/learner/quizzes/{NAME}.yaml", f"tests/mutants/{PACKAGE}.py", "tests/test_derive.py",
+           "tests/test_quiz_content.py", "README.md", f"notebooks/{NAME}.ipynb"]
 # The tests run in the copy, by module: True runs all of them (they read every notebook's files together), a tuple
 # runs those whose id names the new notebook and, by name, the tests listed that read all notebooks at once.
 SELECTED = {
@@ -131,7 +131,6 @@ def fake_course(root: pathlib.Path, derived="DERIVED = {\n    \"01_a\": [\"f\"],
     """The files the command reads, as small as they can be."""
     files = {"solutions/01_a/01_a.ipynb": "{}", "autograder/learner/quizzes/01_a.yaml": "notebook: 01_a\n",
              "tests/test_derive.py": derived, "tests/test_quiz_content.py": "HIDDEN_SNIPPETS = {\n}\n",
-             "autograder/grader/judge.py": "RULES = {\n    (\"01_a\", \"f\"): None,\n}\n",
              "README.md": "| 01 | [A](notebooks/01_a.ipynb) |\n| — | review |\n\n| notebook | exercises | rule |\n"
                           "|---|---|---|\n| 01_a | all | no autograd |\n\nAfter.\n"}
     for path, text in files.items():
@@ -173,5 +172,6 @@ def test_the_fake_course_takes_a_skeleton_in_every_place(tmp_path):
     assert readme[1].startswith("| 02 | [B](notebooks/02_b.ipynb) |") and readme[2] == "| — | review |"
     assert readme[-3].startswith("| 02_b | `cube_backward` |") and readme[-1] == "After."
     assert "    \"02_b\": [\"cube_backward\"],\n}" in (root / "tests" / "test_derive.py").read_text()
-    assert '("02_b", "cube_backward"): NO_AUTOGRAD,\n}' in (root / "autograder" / "grader" / "judge.py").read_text()
+    rules = root / "autograder" / "checks" / "nb02_b" / "rules.py"
+    assert 'BY_HAND = {"cube_backward": NO_AUTOGRAD}' in rules.read_text()
     assert len(written) == 9 and all(p.is_file() for p in written)

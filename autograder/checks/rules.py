@@ -54,6 +54,15 @@ def guards(rule) -> dict:
             "forbid": tuple(obj for obj in map(resolve, watched) if obj is not None)}
 
 
+def guards_of(table: dict, exercise: str) -> dict:
+    """The guards of the rule a notebook's `BY_HAND` declares for `exercise` (a graded name, or a grade id
+    `name-part`); a label that names no exercise of the table (a test's, a demo's) gets every guard it declares."""
+    graded = exercise.split("-")[0]
+    if graded in table:
+        return guards(table[graded])
+    return guards(Rules(tuple(part for rule in table.values() for part in rule.parts)))
+
+
 def resolve(path: str):
     """The object a dotted path names, imported here (in the kernel); None where this torch lacks it."""
     parts = path.split(".")
@@ -89,7 +98,7 @@ NO_BATCHNORM = Rule("this exercise builds BatchNorm itself",
                     objects=("torch.nn.functional.batch_norm", "torch.batch_norm", "torch.native_batch_norm",
                              "torch.nn.modules.batchnorm._NormBase", "torch.nn.BatchNorm1d"),
                     modules=("torch.nn.modules.batchnorm",), watched=(
-                        "torch.nn.functional.batch_norm", "torch.nn.modules.batchnorm._BatchNorm"))
+                        "torch.nn.functional.batch_norm", "torch.nn.modules.batchnorm._BatchNorm.forward"))
 NO_GRADSCALER = Rule("this exercise builds a loss scaler itself, without GradScaler",
                      objects=("torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.cpu.amp.GradScaler"),
                      modules=("torch.amp.grad_scaler", "torch.cuda.amp.grad_scaler", "torch.cpu.amp.grad_scaler"),
@@ -97,15 +106,20 @@ NO_GRADSCALER = Rule("this exercise builds a loss scaler itself, without GradSca
 NO_TORCH_CHECKPOINT = Rule("this exercise builds checkpointing itself, without torch.utils.checkpoint",
                            modules=("torch.utils.checkpoint",), watched=(
                                "torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential",
-                               "torch.utils.checkpoint.CheckpointFunction"))
+                               "torch.utils.checkpoint.CheckpointFunction.forward",
+                               "torch.utils.checkpoint.CheckpointFunction.backward"))
 NO_COUNTERS = Rule("this exercise counts saved bytes itself, without the course's counters",
-                   modules=("autograder.learner.memory",))
+                   modules=("autograder.learner.memory",), watched=(
+                       "autograder.learner.memory.SavedTensorLedger", "autograder.learner.memory.measure",
+                       *(f"autograder.checks.nb06_checkpointing.saved_bytes.{name}" for name in (
+                           "storage_bytes", "graph_saved_tensors", "graph_saved_bytes"))))
 NO_FUNC_TRANSFORMS = Rule("this exercise builds a Hessian-vector product with autograd's double backward, "
                           "without torch.func or torch.autograd.functional",
                           modules=("torch.func", "torch.autograd.functional", "functorch"),
-                          watched=("torch.autograd.functional.hvp", "torch.autograd.functional.vhp",
-                                   "torch.autograd.functional.hessian", "torch.func.hessian", "torch.func.jvp",
-                                   "torch.func.vjp", "torch.func.grad"))
+                          watched=(*(f"torch.func.{name}" for name in (
+                              "grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "linearize",
+                              "vmap")), *(f"torch.autograd.functional.{name}" for name in (
+                                  "jacobian", "hessian", "vjp", "jvp", "vhp", "hvp"))))
 KERNEL_MATHS = Rule("in this exercise all the maths is in your Triton kernels: outside them only allocations, "
                     "shapes, views and copies", kernel_maths=True)
 

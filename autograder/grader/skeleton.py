@@ -1,8 +1,8 @@
 """`backprop-course new NN_name "Title"`: a new notebook's skeleton, every file that docs/adding_a_notebook.md's
 checklist names, laid out so that the course's tests pass before the real notebook is written.
 
-Why a command: a notebook touches ten places (its solution notebook, checks package, quiz file, mutation
-catalogue, three registries of the tests and the grader, two tables of the README, its release), and the
+Why a command: a notebook touches ten places (its solution notebook, checks package and its by-hand rules, quiz
+file, mutation catalogue, two registries of the tests, two tables of the README, its release), and the
 tests say what is missing only one failure at a time. The skeleton is one example exercise
 (autograder/grader/skeleton_text.py) in every one of those places; tests/test_skeleton.py runs the command in
 a copy of the repository and runs the course's tests there, so the checklist cannot go stale.
@@ -22,8 +22,7 @@ NAME = re.compile(r"(\d\d)_[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 PLACEHOLDER = re.compile(r"@[A-Z]+@")
 # (file, the top-level dict the entry goes into, the entry)
 REGISTRIES = (("tests/test_derive.py", "DERIVED", text.DERIVED_ENTRY),
-              ("tests/test_quiz_content.py", "HIDDEN_SNIPPETS", text.HIDDEN_SNIPPET_ENTRY),
-              ("autograder/grader/judge.py", "RULES", text.RULE_ENTRY))
+              ("tests/test_quiz_content.py", "HIDDEN_SNIPPETS", text.HIDDEN_SNIPPET_ENTRY))
 NOTEBOOK_ROW = re.compile(r"\| (\d\d) \| ")
 RULES_HEADER = "| notebook | exercises | rule |"
 
@@ -103,6 +102,7 @@ def new_files(root: pathlib.Path, skeleton: Skeleton) -> dict:
     files = {root / "solutions" / skeleton.name / f"{skeleton.name}.ipynb": notebook_json(skeleton, bool(earlier)),
              checks / "__init__.py": skeleton.fill(text.CHECKS_FACE),
              checks / "cube.py": skeleton.fill(text.CHECKS_MODULE),
+             checks / "rules.py": skeleton.fill(text.RULES_MODULE),
              quizzes / f"{skeleton.name}.yaml": skeleton.fill(text.QUIZ),
              root / "tests" / "mutants" / f"{skeleton.package}.py": skeleton.fill(text.CATALOGUE)}
     taken = [p for p in [*files, root / "solutions" / skeleton.name, checks] if p.exists()]

@@ -168,13 +168,15 @@ CHECKS_MODULE = '''"""`cube_backward(x, grad_out)` against autograd's gradient o
 code breaks (`autograder.checks.battery`: a transposed `grad_out`, which `.view` cannot flatten).
 
 The reference is autograd's vector-Jacobian product, computed in the grader, never the formula: the checks
-hold no answer. The learner's function runs through `checks.check_cases` with autograd refused (the exercise
-is by hand: `autograder/grader/judge.py`'s RULES hold the same rule on the source).
+hold no answer. The learner's function runs through `checks.check_cases` with the guards of its rule (the
+exercise is by hand: `rules.BY_HAND`, which the grader's judge reads from the source too).
 """
 import torch
 
 from autograder import checks
 from autograder.checks import battery
+from autograder.checks.@PACKAGE@.rules import BY_HAND
+from autograder.checks.rules import guards_of
 from autograder.learner import inputs
 
 LAYOUTS = ("contiguous", "non-contiguous")  # how a case lays out grad_out
@@ -203,7 +205,7 @@ def check_cube_backward(exercise, fn, cases, stress=None):
     """`fn(x, grad_out)` against autograd on every case, autograd refused inside `fn`; `stress` names the
     battery's stress the cases were built with, so that a failure says which input broke the answer."""
     with battery.stressed(exercise, stress, what="grad_out"):
-        checks.check_cases(exercise, fn, reference_cube_backward, cases, no_autograd=True)
+        checks.check_cases(exercise, fn, reference_cube_backward, cases, **guards_of(BY_HAND, exercise))
 '''
 
 # --- the quiz file ---------------------------------------------------------------------------------------------
@@ -380,7 +382,14 @@ x = torch.tensor([1.0, -1.5], dtype=torch.float64, requires_grad=True)
 d[1]
 """,
 '''
-RULE_ENTRY = '    ("@NOTEBOOK@", "cube_backward"): NO_AUTOGRAD,\n'
+RULES_MODULE = '''"""Notebook @NUMBER@'s by-hand rules: `cube_backward` derives its gradient without autograd.
+
+Declared once, here: the grader's judge reads these rules from the answer's source, the checks pass them
+to the kernel's guards (`autograder.checks.rules`)."""
+from autograder.checks.rules import NO_AUTOGRAD
+
+BY_HAND = {"cube_backward": NO_AUTOGRAD}
+'''
 README_ROW = ("| @NUMBER@ | [@TITLE@](notebooks/@NOTEBOOK@.ipynb) | the backward of an elementwise cube by hand "
               "(`cube_backward`) | in progress | [![Open in Colab](@BADGE@)](@COLAB@) |\n")
 README_RULE_ROW = ("| @NOTEBOOK@ | `cube_backward` | no autograd (`backward`, `torch.autograd.grad`, `torch.func`, "

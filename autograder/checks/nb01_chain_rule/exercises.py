@@ -1,5 +1,5 @@
 """The checks of notebook 01's six exercises: each answer against autograd's derivative, with autograd
-refused inside the answer (`no_autograd=True`: the exercises ask for the derivative by hand).
+refused inside the answer (the rules of `rules.BY_HAND`: the exercises ask for the derivative by hand).
 
 A grade cell lists its cases (dicts of named inputs, drawn with `autograder.learner.inputs` or written
 out; the functions numerical_grad differentiates and `with_zeros` come from here) and calls one check
@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from autograder import checks
 from autograder.checks import battery
 from autograder.checks.nb01_chain_rule.layouts import check_layouts
+from autograder.checks.nb01_chain_rule.rules import BY_HAND
+from autograder.checks.rules import guards_of
 from autograder.learner.device import get_device
 
 
@@ -97,7 +99,7 @@ def check_example(exercise, fn, args, expected, *, names, shown=None, **toleranc
     """`fn` on a case written out (`args`: {name: nested list, or a function}) against its answer written
     out (`expected`, a nested list); the message shows the inputs as written (or as `shown`)."""
     values = [literal(v) if isinstance(v, (list, int, float)) else v for v in args.values()]
-    got = checks.call_student(exercise, fn, *values, names=list(args), no_autograd=True)
+    got = checks.call_student(exercise, fn, *values, names=list(args), **guards_of(BY_HAND, exercise))
     checks.expect_close(exercise, got, literal(expected), inputs=shown or args, names=names, **tolerance)
 
 
@@ -106,7 +108,7 @@ def check_against(exercise, fn, reference, cases, *, names, stress=None, **toler
     float64 and a failure names the stress."""
     with battery.stressed(exercise, stress):
         checks.check_cases(exercise, fn, in_float64(reference) if stress else reference, cases, names=names,
-                           no_autograd=True, **tolerance)
+                           **guards_of(BY_HAND, exercise), **tolerance)
 
 
 def check_linear_mse_grad(exercise, fn, cases):
@@ -134,7 +136,7 @@ def check_numerical_grad(exercise, fn, cases, stress=None):
 def check_keeps_input(exercise, fn, case):
     """fn(f, x) leaves the caller's x as it was, bit for bit."""
     change = checks.call_student(exercise, checks.run_input_change, fn, *case.values(),
-                                 names=[exercise, *case], no_autograd=True)
+                                 names=[exercise, *case], **guards_of(BY_HAND, exercise))
     if change:
         checks.fail(exercise, f"changed the caller's x (max change {change:.3g}); "
                               "perturb a copy, or put back the exact original value")

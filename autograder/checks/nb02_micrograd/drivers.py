@@ -17,6 +17,8 @@ import json
 from autograder import checks
 from autograder.checks import GradingError
 from autograder.checks.nb02_micrograd import snapshots, values
+from autograder.checks.nb02_micrograd.rules import BY_HAND
+from autograder.checks.rules import guards_of
 
 
 class _RecursionReport(GradingError):
@@ -40,7 +42,8 @@ def learner_step(exercise, fn, *, what, time_limit=20.0):
                     "instead of a function that calls itself.") from None
 
     try:
-        return checks.call_student(exercise, guarded, names=[], time_limit=time_limit, no_autograd=True)
+        return checks.call_student(exercise, guarded, names=[], time_limit=time_limit,
+                                   **guards_of(BY_HAND, exercise))
     except _RecursionReport as err:
         raise GradingError(str(err)) from None
     except GradingError as err:

@@ -23,7 +23,9 @@ from autograder.checks.nb03_vjp.cases import (
     tensor,
     tolerances,
 )
+from autograder.checks.nb03_vjp.rules import BY_HAND
 from autograder.checks.nb03_vjp.watch import watched
+from autograder.checks.rules import guards_of
 from autograder.learner import inputs
 from autograder.learner.device import get_device
 
@@ -64,7 +66,8 @@ def _run_function(exercise, cls, x, extra, g, shown, forbidden_ops):
     in a driver. Returns (output, gradient from the direct call), checked here."""
     driver = functools.partial(run_forward_and_backward, exercise, cls, x, extra, g, shown, forbidden_ops)
     run = checks.call_student(exercise, driver, x, *extra,
-                              names=["x", *[f"arg{i}" for i in range(1, 1 + len(extra))]], no_autograd=True)
+                              names=["x", *[f"arg{i}" for i in range(1, 1 + len(extra))]],
+                              **guards_of(BY_HAND, exercise))
     if not isinstance(run, FunctionRun):
         checks.fail(exercise, f"no readable answer came back from your Function (got {checks.describe(run)})", shown)
     if not isinstance(run.out, torch.Tensor):

@@ -9,7 +9,9 @@ import torch
 
 from autograder import checks
 from autograder.checks.nb03_vjp.cases import leaf_copy, private_copy, tensor, tolerances
+from autograder.checks.nb03_vjp.rules import BY_HAND
 from autograder.checks.nb03_vjp.watch import watched
+from autograder.checks.rules import guards_of
 from autograder.learner.device import get_device
 
 
@@ -64,7 +66,8 @@ def _call_engine(exercise, step, shown, *, time_limit=20.0):
     without autograd, with a recursion limit that is the same everywhere; `shown` labels every
     failure (the expression, the model)."""
     return checks.call_student(exercise, functools.partial(run_engine_step, exercise, step, shown), *shown.values(),
-                               names=list(shown), no_autograd=True, time_limit=time_limit)
+                               names=list(shown), time_limit=time_limit,
+                               **guards_of(BY_HAND, exercise))
 
 
 def run_engine_step(exercise, step, shown, *_shown):

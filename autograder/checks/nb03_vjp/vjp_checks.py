@@ -12,8 +12,10 @@ import torch
 from autograder import checks
 from autograder.checks import battery
 from autograder.checks.nb03_vjp.cases import private_copy, tolerances
+from autograder.checks.nb03_vjp.rules import BY_HAND
 from autograder.checks.nb03_vjp.watch import ALLOCATION_FACTOR, ALLOCATION_FLOOR, watched
 from autograder.checks.op_watch import storage_bytes
+from autograder.checks.rules import guards_of
 
 
 def _allocation_limit(values, broadcast_bytes=0):
@@ -33,7 +35,8 @@ def call_vjp(exercise, fn, case, *, forbidden_calls=(), forbidden_ops=()):
                   limit_bytes=_allocation_limit(originals, case.broadcast_bytes))
     driver = functools.partial(run_vjp, exercise, fn, originals, shown, guards)
     # the shown inputs (the layout described too) label a failure
-    return checks.call_student(exercise, driver, *shown.values(), names=list(shown), no_autograd=True)
+    return checks.call_student(exercise, driver, *shown.values(), names=list(shown),
+                               **guards_of(BY_HAND, exercise))
 
 
 def run_vjp(exercise, fn, originals, shown, guards, *_shown):

@@ -22,6 +22,8 @@ import torch
 
 from autograder import checks
 from autograder.checks import GradingError, student_calls
+from autograder.checks.nb05_loss_scaling.rules import BY_HAND
+from autograder.checks.rules import guards_of
 from autograder.learner.device import get_device
 
 SHAPES = ([(3, 4), (4,)], [(2, 3), (5,)])  # two parameter groups
@@ -394,7 +396,8 @@ def side_by_side(exercise, scaler_class, stream, *, unscale_first=False, clip=No
     reference = gradscaler_records(stream, settings, unscale_first=unscale_first, clip=clip)
     run = checks.call_student(exercise, lambda: run_scaler(exercise, scaler_class, stream, settings,
                                                            unscale_first, clip),
-                              forbid=(gradscaler_class(),), time_limit=30.0)
+                              time_limit=30.0,
+                              **guards_of(BY_HAND, exercise))
     if not isinstance(run, LearnerRun):
         checks.fail(exercise, f"no record of your scaler's run came back, got {checks.describe(run)}")
     if not run.is_class:

@@ -23,7 +23,7 @@ run on the CPU instead, see `check_sequential_memory`). No reference solution li
 package is installed on learners' machines. Student code runs only through
 `autograder.checks.call_student` (time limit, no stderr, readable errors), with
 `torch.utils.checkpoint` forbidden however it was imported, and `saved_bytes` may not call the
-course's own counters (`COUNTERS`): they are what it rebuilds.
+course's own counters (its rule in `rules.BY_HAND`): they are what it rebuilds.
 
 Trusted grading (`autograder.grader.trusted`): student code runs only inside drivers (closures named
 `run_<what>`, passed to `call_student`) that build the graph, run backward and return plain data:

@@ -6,11 +6,12 @@ where they happen, the plain run here and the learner's run inside its driver, w
 grader's random generator is not the kernel's, so neither run may depend on the state the other's is in.
 """
 import torch
-import torch.utils.checkpoint as torch_checkpoint
 from torch import nn
 
 from autograder import checks
 from autograder.checks import GradingError
+from autograder.checks.nb06_checkpointing.rules import BY_HAND
+from autograder.checks.rules import guards
 from autograder.learner import inputs as draw
 from autograder.learner.device import get_device
 
@@ -18,8 +19,7 @@ from autograder.learner.device import get_device
 # helper and the reentrant Function behind them (the non-reentrant path starts in `checkpoint`).
 # The Function is listed by its forward and backward: `checks.forbidden` given an autograd
 # Function class walks its attributes into `_backward_cls` and back, without end.
-FORBIDDEN = (torch_checkpoint.checkpoint, torch_checkpoint.checkpoint_sequential,
-             torch_checkpoint.CheckpointFunction.forward, torch_checkpoint.CheckpointFunction.backward)
+FORBIDDEN = guards(BY_HAND["checkpoint"])["forbid"]  # what checkpointing rebuilds: torch's own, watched
 
 
 # --- test blocks ------------------------------------------------------------------------------------

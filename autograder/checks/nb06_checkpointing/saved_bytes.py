@@ -1,8 +1,8 @@
 """The checks of `saved_bytes` and `estimate_activation_bytes`: what backward keeps, counted without hooks.
 
 `saved_bytes` is checked against a count that uses no hooks: the finished graph walked from its outputs,
-every node's saved variables read (`graph_saved_bytes`). The course's own counters (`COUNTERS`) are
-what the exercise rebuilds, so the learner's answer may not call them.
+every node's saved variables read (`graph_saved_bytes`). The course's own counters (the calls its rule in
+`rules.BY_HAND` watches) are what the exercise rebuilds, so the learner's answer may not call them.
 """
 import math
 import numbers
@@ -11,7 +11,9 @@ import torch
 
 from autograder import checks
 from autograder.checks import GradingError
-from autograder.learner.memory import SavedTensorLedger, measure, saved_values_by_name
+from autograder.checks.nb06_checkpointing.rules import BY_HAND
+from autograder.checks.rules import guards_of
+from autograder.learner.memory import saved_values_by_name
 
 
 # --- counting what backward keeps ------------------------------------------------------------------
@@ -72,15 +74,14 @@ def describe_saved(outputs, limit=12) -> str:
 
 # The course's own counters of saved bytes: saved_bytes is where the learner builds one, so its
 # answer may not call them (the notebooks use them everywhere else).
-COUNTERS = (SavedTensorLedger, measure, storage_bytes, graph_saved_tensors, graph_saved_bytes)
 
 
 def check_saved_bytes(exercise, student, fn, args, label, expected=None):
     """`student(fn, *args)` must equal the bytes of the distinct storages autograd saves while
     `fn(*args)` runs, counted here from the graph (or `expected`, computed by hand), without
-    calling the course's own COUNTERS."""
+    calling the course's own counters (its rule's guards)."""
     inputs = {"fn": label, **{f"input {i}": a for i, a in enumerate(args)}}
-    got = checks.call_student(exercise, lambda: student(fn, *args), time_limit=20, forbid=COUNTERS)
+    got = checks.call_student(exercise, lambda: student(fn, *args), time_limit=20, **guards_of(BY_HAND, exercise))
     reference_out = fn(*args)
     walked = graph_saved_bytes(reference_out)
     expected = walked if expected is None else expected

@@ -1,6 +1,7 @@
 """Running an answer by hand: how a check calls the learner's function, and with what.
 
-`guarded` calls it through `call_student` with autograd refused (`no_autograd=True`), under
+`guarded` calls it through `call_student` with the guards of its rule (`rules.BY_HAND`: autograd refused,
+`F.batch_norm` and BatchNorm's forward watched), under
 `torch.no_grad()` and with every ATen kernel whose name holds "batch_norm" or "backward" refused too
 (`F.batch_norm`, `nn.BatchNorm1d`, `torch.batch_norm_update_stats`, `aten::embedding_dense_backward`,
 ...), however it was reached. The answer gets private copies of its arguments: nothing it does to
@@ -18,15 +19,14 @@ the caller.
 import functools
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from autograder import checks
 from autograder.checks import GradingError, battery
+from autograder.checks.nb07_by_hand.rules import BY_HAND
 from autograder.checks.op_watch import OpWatch
+from autograder.checks.rules import guards_of
 
 FORBIDDEN_KERNELS = ("batch_norm", "backward")  # substrings of ATen op names an answer may not run
-FORBIDDEN_CALLS = (F.batch_norm, nn.modules.batchnorm._BatchNorm.forward)
 
 
 def private_copies(value):
@@ -58,7 +58,7 @@ def guarded(exercise, fn, args, shown, driver=None):
                                f"{checks.describe_inputs(shown)}")
         return result
 
-    return checks.call_student(exercise, run, no_autograd=True, forbid=FORBIDDEN_CALLS)
+    return checks.call_student(exercise, run, **guards_of(BY_HAND, exercise))
 
 
 LAYOUTS = {"non-contiguous": battery.non_contiguous,

@@ -13,15 +13,13 @@ from autograder import checks
 from autograder.checks import GradingError, battery
 from autograder.checks.compare import fail
 from autograder.checks.nb08_higher_order.common import close, is_tensor, strided
+from autograder.checks.nb08_higher_order.rules import BY_HAND
+from autograder.checks.rules import guards
 from autograder.learner import inputs
 from autograder.learner.device import get_device
 
 # What `hvp` may not call: every transform of torch.func, every function of torch.autograd.functional.
-FORBID_HVP = (
-    *(getattr(torch.func, name) for name in ("grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd",
-                                             "hessian", "linearize", "vmap")),
-    *(getattr(torch.autograd.functional, name) for name in ("jacobian", "hessian", "vjp", "jvp", "vhp", "hvp")),
-)
+FORBID_HVP = guards(BY_HAND["hvp"])["forbid"]  # torch.func and torch.autograd.functional, as the rule says
 
 
 class CountedSquare(torch.autograd.Function):

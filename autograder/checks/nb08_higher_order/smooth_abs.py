@@ -18,6 +18,8 @@ from autograder.checks import battery
 from autograder.checks.compare import REORDERED_TOLERANCES, fail
 from autograder.checks.function_class import check_function_class
 from autograder.checks.nb08_higher_order.common import close, is_tensor
+from autograder.checks.nb08_higher_order.rules import BY_HAND
+from autograder.checks.rules import guards_of
 from autograder.learner import inputs
 from autograder.learner.device import get_device
 
@@ -90,7 +92,7 @@ def _check_first_order(exercise, cls, case):
     x, eps, g = case["x"], case["eps"], case["g"]
     shown = {"x": x, "eps": "omitted (default 1e-3)" if eps is None else eps, "grad_out": g}
     run = checks.call_student(exercise, run_first_order, cls, x, eps, g, names=["SmoothAbs", "x", "eps", "g"],
-                              no_autograd=True)
+                              **guards_of(BY_HAND, exercise))
     if not isinstance(run, FirstOrderRun) or not is_tensor(run.out):
         fail(exercise, f"forward should return a tensor, got {checks.describe(getattr(run, 'out', run))}", shown)
     if not run.own_node:
