@@ -592,6 +592,9 @@ class AnswerReader(ast.NodeVisitor):
 
     # -- the walk
     def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Store) and node.id in ("__module__", "__qualname__") and self.scope.kind == "class":
+            return self.report(node, f"sets a class's {node.id}, which would pass it off as another module's",
+                               "store")
         if not isinstance(node.ctx, ast.Load):
             return
         found = self.types(node, self.scope)

@@ -27,13 +27,18 @@ class ByHandFirstExecute(SteadyClientMixin, Execute):
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
         first = set(examination.by_hand)
+        refused = judge.cell_verdicts(nb, judge.baseline(judge.course_root(self.config), name), examination)
         with self.setup_kernel():
             info = self.wait_for_reply(self.kc.kernel_info())
             self.nb.metadata["language_info"] = info["content"]["language_info"]
             for cell in examination.program:
                 self._aside(cell.source, cell.index)
-            for index in examination.by_hand:
-                self.preprocess_cell(self.nb.cells[index], resources, index)
+            for index in examination.by_hand:  # a refused answer never runs: it cannot tamper with the others' checks
+                grade_id = self.nb.cells[index].metadata.nbgrader.grade_id
+                if grade_id in refused:
+                    self.nb.cells[index].outputs = [judge.refusal(refused[grade_id])]
+                else:
+                    self.preprocess_cell(self.nb.cells[index], resources, index)
             self._aside(RESET, examination.by_hand[0])
             for index, cell in enumerate(self.nb.cells):
                 if index not in first:

@@ -268,14 +268,21 @@ def cell_verdicts(nb, base: Baseline, examination: Examination | None = None) ->
 
 
 def apply(nb, verdicts: dict):
-    """Give every grade cell the judge refused an error output with its message (it then scores 0)."""
+    """Give every grade cell the judge refused an error output with its message, first (it then scores 0, and
+    the verdict that names the line is the message kept, whatever the guards in the kernel said after it),
+    unless it holds that verdict already (the grader never ran it)."""
     for cell in nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type == "code" and isinstance(meta, dict) and meta.get("grade_id") in verdicts:
             message = verdicts[meta["grade_id"]]
-            cell.setdefault("outputs", []).append(nbformat.v4.new_output(
-                "error", ename="ByHandRule", evalue=message, traceback=[f"ByHandRule: {message}"]))
+            outputs = cell.setdefault("outputs", [])
+            if not any(o.get("ename") == "ByHandRule" and o.get("evalue") == message for o in outputs):
+                outputs.insert(0, refusal(message))
     return nb
+
+
+def refusal(message: str):
+    return nbformat.v4.new_output("error", ename="ByHandRule", evalue=message, traceback=[f"ByHandRule: {message}"])
 
 
 def course_root(config) -> pathlib.Path:

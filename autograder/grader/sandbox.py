@@ -362,9 +362,12 @@ DEFAULT_LIMITS = Limits()
 class ByHandFirst:
     """The by-hand exercises, graded before anything else of the notebook runs (`autograder.grader.judge`):
     a fresh kernel runs `program` (the answers' reach, `reach.ProgramCell`s) and then the grade cells at
-    `cells`; only then is its namespace reset and the whole notebook run, those grade cells left out."""
+    `cells`; only then is its namespace reset and the whole notebook run, those grade cells left out.
+    `refused`: (index, the judge's message) of the by-hand grade cells whose answer the judge refused, which
+    score 0 with that message and never run (a refused answer cannot then tamper with the others' checks)."""
     program: tuple
     cells: tuple
+    refused: tuple = ()
 
 
 # Run by the grader in the kernel between the by-hand exercises and the notebook: the namespace as a fresh
@@ -403,8 +406,9 @@ def run_notebook(nb, limits=DEFAULT_LIMITS, trusted_names=None, hidden=(), answe
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One thing to run: a notebook cell ("cell"), a by-hand grade cell graded first ("first"), a cell of the
-    answer program ("program", `source` at the notebook cell `index`), or the reset between the two ("reset")."""
+    """One thing to run: a notebook cell ("cell"), a by-hand grade cell graded first ("first") or refused by the
+    judge ("refused", `source` its message), a cell of the answer program ("program", `source` at the notebook
+    cell `index`), or the reset between the two ("reset")."""
     kind: str
     index: int = 0
     source: str = ""
@@ -414,10 +418,11 @@ def _steps(nb, first) -> list:
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     if first is None or not first.cells:
         return [Step("cell", i) for i in code]
-    graded_first = set(first.cells)
+    refused = dict(first.refused)
+    graded_first = set(first.cells) | set(refused)
     return [*(Step("program", cell.index, cell.source) for cell in first.program),
-            *(Step("first", i) for i in first.cells), Step("reset", code[0] if code else 0),
-            *(Step("cell", i) for i in code if i not in graded_first)]
+            *(Step("refused", i, refused[i]) if i in refused else Step("first", i) for i in first.cells),
+            Step("reset", code[0] if code else 0), *(Step("cell", i) for i in code if i not in graded_first)]
 
 
 def _run_aside(client, nb, step) -> None:
@@ -501,6 +506,9 @@ def _run_until_a_kernel_ends(client, nb, steps, position, deadline, limits, trus
                 problems.append((index, problem))
             continue
         if step.kind == "done":
+            continue
+        if step.kind == "refused":
+            nb.cells[index].outputs = [error_output("ByHandRule", step.source)]
             continue
         client.budget(min(limits.cell_seconds, remaining))
         graded_here = trusted_names is not None and utils.is_grade(nb.cells[index])
