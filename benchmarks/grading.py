@@ -22,7 +22,7 @@ import time
 
 import nbformat
 
-from autograder.grader import classgrade, isolation
+from autograder.grader import classgrade, grading_task, isolation
 from autograder.grader.execution import SteadyNotebookClient
 from autograder.grader.nbgrader_run import nbgrader_env, nbgrader_runner
 from autograder.grader.sandbox import Limits
@@ -102,8 +102,9 @@ def our_seconds(course, sub, limits):
     nb, _ = classgrade.prepare(course, sub, source)
     hidden = [str(p) for p in isolation.secrets_of(course)]
     began = time.perf_counter()
-    classgrade.execute_submission(nbformat.writes(nb), dataclasses.asdict(limits),
-                                  classgrade.trusted_names(course, sub.assignment), hidden)
+    grading_task.execute_submission(nbformat.writes(nb), dataclasses.asdict(limits),
+                                  classgrade.trusted_names(course, sub.assignment), hidden, None, str(course),
+                                  sub.assignment)
     return time.perf_counter() - began
 
 

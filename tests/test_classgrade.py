@@ -37,7 +37,17 @@ import tqdm
 from conftest import require
 from test_nbgrader_e2e import submission
 
-from autograder.grader import cgroup, classgrade, cluster, isolation, recording, report, sanitize, submissions
+from autograder.grader import (
+    cgroup,
+    classgrade,
+    cluster,
+    grading_task,
+    isolation,
+    recording,
+    report,
+    sanitize,
+    submissions,
+)
 from autograder.grader.sandbox import Limits
 
 NAME, VICTIM = "01_chain_rule", "relu_grad"
@@ -81,18 +91,20 @@ ANSWERS = {  # student -> (relu_grad's cell, expected total)
     "warnings_on_stderr": ("import sys, warnings\ndef relu_grad(x):\n    warnings.warn('noisy')\n"
                            "    print('chatter', file=sys.stderr)\n    return (x > 0).to(x.dtype)", 12),
     "renamed_function": ("def relu_gradient(x):\n    return (x > 0).to(x.dtype)", 11),
-    # patches at top level: the judge can vouch for no by-hand exercise of the notebook
-    "patches_the_checks": (CHEAT, 0),
+    # patches at top level, outside every answer: powerless (the by-hand exercises are graded before they run)
+    "patches_the_checks": (CHEAT, 11),
     "patches_builtins": ("import builtins\nbuiltins.all = lambda *a: True\nbuiltins.any = lambda *a: False\n"
                          "builtins.abs = lambda x: 0\nbuiltins.max = lambda *a, **k: 0\n"
-                         "def relu_grad(x):\n    return x", 0),
+                         "def relu_grad(x):\n    return x", 11),
     "huge_exception_message": ("def relu_grad(x):\n    raise ValueError('x' * 5_000_000)", 11),
 }
 # Submissions that attack the grader: its files and those of the checkout the package is installed
 # from, its network, its environment, its memory, and the machine after grading. In each cell
 # {root} is the class folder and {token} a word unique to the run, marking every file and process
 # the submission makes. student -> (relu_grad's cell, expected total, what relu_grad's message
-# must match). Every one runs only in the sandbox: without one the class is not graded at all.
+# must match among the errors of relu_grad's grade cell: the judge refuses most of these answers, which then run
+# after every other by-hand exercise, so the sandbox still meets them). Every one runs only in the sandbox:
+# without one the class is not graded at all.
 INTRUDERS = {
     "copies_the_solution": (
         "import json\n"
@@ -100,7 +112,7 @@ INTRUDERS = {
         "    nb = json.load(open('{root}/solutions/01_chain_rule/01_chain_rule.ipynb'))\n"
         "    scope = {}\n"
         "    exec([''.join(c['source']) for c in nb['cells'] if 'def relu_grad' in ''.join(c['source'])][0], scope)\n"
-        "    return scope['relu_grad'](x)", 0, "FileNotFoundError|PermissionError"),  # exec: no by-hand exercise judged
+        "    return scope['relu_grad'](x)", 11, "FileNotFoundError|PermissionError"),
     "reads_the_gradebook": ("def relu_grad(x):\n    open('{root}/gradebook.db', 'rb').read()\n"
                             "    return (x > 0).to(x.dtype)", 11, "FileNotFoundError|PermissionError"),
     "erases_the_gradebook": ("def relu_grad(x):\n    open('{root}/gradebook.db', 'wb').close()\n"
@@ -117,7 +129,7 @@ INTRUDERS = {
         "    nb = json.load(open(checkout / 'solutions/01_chain_rule/01_chain_rule.ipynb'))\n"
         "    scope = {}\n"
         "    exec([''.join(c['source']) for c in nb['cells'] if 'def relu_grad' in ''.join(c['source'])][0], scope)\n"
-        "    return scope['relu_grad'](x)", 0,  # exec: no by-hand exercise judged
+        "    return scope['relu_grad'](x)", 11,
         f"FileNotFoundError.*'{re.escape(str(course.ROOT))}/solutions/01_chain_rule/01_chain_rule.ipynb'"),
     # Every loopback port (the local Dask scheduler's among them, wherever it listens), every
     # listener in /proc/net/tcp, an outside address; it reports what answered other than its own.
@@ -206,7 +218,7 @@ INTRUDERS = {
         "                    pass\n"
         "        if len(marked) != 2:\n"
         "            raise RuntimeError(f'{len(marked)} of 2 processes started')\n"
-        "    return (x > 0).to(x.dtype)", 12, None),
+        "    return (x > 0).to(x.dtype)", 11, r"ByHandRule: relu_grad: .* imports os, which an answer may not use"),
     # A sparse tensor whose index is -1: torch.load(weights_only=True) built it, and the first check
     # that touched it ended the worker with "double free or corruption".
     "returns_a_malformed_sparse_tensor": (
@@ -249,7 +261,7 @@ INTRUDERS = {
         "            for flag in (0x10000000, 0x00020000, 0x40000000)]\n"
         "    said.append('mounted' if libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) == 0 else\n"
         "                errno.errorcode.get(ctypes.get_errno(), '?'))\n"
-        "    raise PermissionError(f'namespaces and mount: {said}')", 0,  # ctypes: no by-hand exercise judged
+        "    raise PermissionError(f'namespaces and mount: {said}')", 11,
         re.escape("namespaces and mount: ['EPERM', 'EPERM', 'EPERM', 'EPERM']")),
     # Forward-mode autograd was not among the guarded doors: a notebook 01 computed by it scored 12/12.
     "uses_forward_mode_autograd": (
@@ -259,8 +271,8 @@ INTRUDERS = {
         "    with dual_level():\n"
         "        return unpack_dual(torch.relu(make_dual(x, torch.ones_like(x)))).tangent", 11, "called autograd"),
     # A kernel can patch the checks its notebook imported (here the guard that refuses autograd), not the
-    # private copy that answers the grader's calls: relu_grad is refused there ("called autograd"), and the
-    # judge, reading the patch, refuses every by-hand exercise.
+    # private copy that answers the grader's calls; here the patch, outside every answer, never even runs where
+    # the by-hand exercises are graded: relu_grad is refused ("called autograd"), the rest keep their points.
     "switches_off_the_autograd_guard": (
         "import contextlib, torch\n"
         "import autograder.checks.student_calls as _sc\n"
@@ -269,12 +281,14 @@ INTRUDERS = {
         "    leaf = x.detach().clone().requires_grad_()\n"
         "    with torch.enable_grad():\n"
         "        torch.relu(leaf).sum().backward()\n"
-        "    return leaf.grad", 0, "called autograd"),
+        "    return leaf.grad", 11, "called autograd"),
 }
 # What a kernel sends its grader or leaves in the exchange folder: each of these made the grading worker fail
 # (the submission "not graded", never its own 0) in a class run. student -> (relu_grad's cell, expected total,
-# what relu_grad's message must match). Each reaches the kernel through IPython, which the by-hand judge
-# refuses: every by-hand exercise of 01 scores 0 (total 0); relu_grad's message is what the grader met.
+# what relu_grad's errors must match). Each reaches the kernel through IPython, which the by-hand judge refuses
+# in relu_grad: it scores 0, its answer run after every other by-hand exercise, and its errors hold what the
+# grader met; the last one's hook is part of the answer program, which runs as it loads: a reflection there
+# costs every by-hand exercise (total 0).
 MESSAGE_ATTACKS = {
     "sends_a_message_twice": (  # jupyter_client's session refused the copy with a ValueError out of nbclient
         "from IPython import get_ipython\n"
@@ -283,7 +297,7 @@ MESSAGE_ATTACKS = {
         "    m = _k.session.msg('stream', {'name': 'stdout', 'text': 'x'})\n"
         "    _k.session.send(_k.iopub_socket, m)\n"
         "    _k.session.send(_k.iopub_socket, m)\n"
-        "    return (x > 0).to(x.dtype)", 0,
+        "    return (x > 0).to(x.dtype)", 11,
         r"MessageFault: the kernel sent a message the grader cannot read \(ValueError: Duplicate Signature"),
     "sends_100_frames_of_30_mb": (  # each frame under ZMQ's per-frame limit: 3 GB assembled in the worker
         "from IPython import get_ipython\n"
@@ -291,7 +305,7 @@ MESSAGE_ATTACKS = {
         "    _k = get_ipython().kernel\n"
         "    big = memoryview(bytes(30 * 2**20))\n"
         "    _k.session.send(_k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'x'}, buffers=[big] * 100)\n"
-        "    return (x > 0).to(x.dtype)", 0,
+        "    return (x > 0).to(x.dtype)", 11,
         f"MessageFault: the kernel sent a message of more than {isolation.MESSAGE_BYTES:,} bytes"),
     # It keeps each call's answer file open (named in the cell that serves the call) and, from its third call,
     # a thread grows those the grader has unlinked, taking whatever space the grader frees, until the next
@@ -319,8 +333,9 @@ MESSAGE_ATTACKS = {
         "            f.close()\n"
         "    elif answer:\n"
         "        held.append(open(answer[0], 'ab', buffering=0))\n"
-        "get_ipython().events.register('pre_run_cell', hold)\n"
+        "hooked = get_ipython().events.register('pre_run_cell', hold)\n"
         "def relu_grad(x):\n"
+        "    assert hooked is None\n"
         "    if len(held) > 2 and not filling:\n"
         "        filling.append(threading.Thread(target=fill, daemon=True))\n"
         "        filling[0].start()\n"
@@ -328,9 +343,11 @@ MESSAGE_ATTACKS = {
         "    return (x > 0).to(x.dtype)", 0, r"no readable answer came back from your notebook \(it wrote nothing\)"),
 }
 # Answers that get around a by-hand rule inside the kernel (each scored 12/12 in a class run before the judge,
-# issue 28). The judge reads the source in the grader: relu_grad is refused, and where the notebook patches
-# or reflects at top level (or in an answer a released cell calls there), every by-hand exercise of 01 is.
-# student -> (relu_grad's cell, expected total, what relu_grad's message must match, what another exercise's).
+# issue 28). The judge reads the source in the grader: relu_grad is refused; where its answer patches or
+# reflects as the answer program loads, every by-hand exercise of 01 is too (they are all graded where it ran);
+# a patch outside every answer is powerless. student -> (relu_grad's cell, expected total, what relu_grad's
+# message must match, what its flags must, what every other exercise's message must: None where they keep
+# their points).
 BY_HAND_ATTACKS = {
     "autograd_through_the_engine": (
         "import torch\n"
@@ -339,16 +356,17 @@ BY_HAND_ATTACKS = {
         "    with torch.enable_grad():\n"
         "        y = torch.relu(leaf).sum()\n"
         "    return torch.autograd.variable.Variable._execution_engine.run_backward(\n"
-        "        (y,), (torch.ones_like(y),), False, False, (leaf,), True, False)[0]", 0,
+        "        (y,), (torch.ones_like(y),), False, False, (leaf,), True, False)[0]", 11,
         r"ByHandRule: relu_grad: cell \d+, line 6 .* reaches torch"
-        r"\.autograd\.variable\.Variable\._execution_engine, a private part of torch", "_execution_engine"),
+        r"\.autograd\.variable\.Variable\._execution_engine, a private part of torch", "_execution_engine", None),
     "switches_off_the_guard_through_the_checks": (
         "import contextlib, torch\n"
         "from autograder import checks\n"
         "checks.student_calls._autograd_forbidden = lambda e: contextlib.nullcontext()\n"
         "def relu_grad(x):\n"
-        "    return torch.autograd.grad(torch.relu(x.detach().requires_grad_()).sum(), x)[0]", 0,
-        "called autograd", r"changes autograder\.checks\.student_calls\._autograd_forbidden"),
+        "    return torch.autograd.grad(torch.relu(x.detach().requires_grad_()).sum(), x)[0]", 11,
+        r"ByHandRule: relu_grad: .* reaches torch\.autograd\.grad",
+        r"changes autograder\.checks\.student_calls\._autograd_forbidden", None),
     "binds_forward_mode_early": (
         "import torch\n"
         "enter, make, unpack = torch._C._enter_dual_level, torch._VF._make_dual, torch._VF._unpack_dual\n"
@@ -358,7 +376,8 @@ BY_HAND_ATTACKS = {
         "    try:\n"
         "        return unpack(torch.relu(make(x, torch.ones_like(x), level)), level)[1]\n"
         "    finally:\n"
-        "        leave(level=level)", 0, r"reaches torch\._C, a private part of torch", r"reaches torch\._C"),
+        "        leave(level=level)", 0, r"reaches torch\._C, a private part of torch", r"reaches torch\._C",
+        r"reaches torch\._C"),
     # Its record once made the grader's decode import `autograder.no_such_module`: "not graded", every time.
     "returns_a_record_of_no_module": (
         "import dataclasses\n"
@@ -367,7 +386,8 @@ BY_HAND_ATTACKS = {
         "    __module__ = 'autograder.no_such_module'\n"
         "    values: list\n"
         "def relu_grad(x):\n"
-        "    return Record((x > 0).tolist())", 0, "not a grading record", r"sets a class's __module__"),
+        "    return Record((x > 0).tolist())", 0, r"sets a class's __module__", r"sets a class's __module__",
+        r"sets a class's __module__"),
 }
 ISOLATED = isolation.available()  # bubblewrap starts here (as root, or in a user namespace)
 NO_SANDBOX = f"kernels cannot be sandboxed here, and grading stops without a sandbox: {isolation.problem()}"
@@ -640,6 +660,14 @@ def graded(tmp_path_factory):
     return Graded(root, result, files, said[0], left, contacted, token, secret, sandboxes)
 
 
+def errors_of(root, student, grade_id=VICTIM) -> str:
+    """Every error a grade cell of `student`'s autograded notebook shows, one a line: the judge's verdict first
+    where it refused the answer, then what the answer met where it ran."""
+    nb = nbformat.read(root / "autograded" / student / NAME / f"{NAME}.ipynb", as_version=4)
+    cell = next(c for c in course.grade_cells(nb) if course.nbgrader_meta(c)["grade_id"] == grade_id)
+    return "\n".join(f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error")
+
+
 def expected_totals(result):
     expected = {s: float(v[1]) for s, v in {**ANSWERS, **INTRUDERS, **MESSAGE_ATTACKS, **BY_HAND_ATTACKS}.items()}
     expected |= {s: float(v[2]) for s, v in EDITS.items()}
@@ -784,12 +812,11 @@ def test_each_intruder_fails_with_what_it_met_and_changes_nothing(graded):
     root = graded.root
     assert (course.ROOT / "solutions" / NAME / f"{NAME}.ipynb").exists() and course.ROOT not in root.parents, \
         "the install checkout holds the solutions and is not the class graded"
-    messages = {(r["student"], r["exercise"]): r["message"] for r in classgrade.scores(root, [NAME])}
     for student, (_, _, pattern) in INTRUDERS.items():
-        message = messages[(student, VICTIM)]
-        assert re.search(pattern, message) if pattern else message == "", (student, message)
+        met = errors_of(root, student)
+        assert re.search(pattern, met), (student, met)
     assert not graded.contacted, "a submission connected to a service of the grader's"
-    full = re.search(INTRUDERS["fills_tmp_and_shm"][2], messages[("fills_tmp_and_shm", VICTIM)])
+    full = re.search(INTRUDERS["fills_tmp_and_shm"][2], errors_of(root, "fills_tmp_and_shm"))
     assert all(0 < int(mb) <= SCRATCH_MB for mb in full.groups()), full.group(0)
     assert (root / "gradebook.db").stat().st_size > 0
     perfect = nbformat.read(root / "submitted" / "perfect" / NAME / f"{NAME}.ipynb", as_version=4)
@@ -797,10 +824,9 @@ def test_each_intruder_fails_with_what_it_met_and_changes_nothing(graded):
 
 
 def test_what_a_kernel_sends_or_leaves_in_its_answers_is_its_own_zero(graded):
-    messages = {(r["student"], r["exercise"]): r["message"] for r in classgrade.scores(graded.root, [NAME])}
     for student, (_, _, pattern) in MESSAGE_ATTACKS.items():
         assert graded.result.outcomes[(student, NAME)].graded, student
-        assert re.search(pattern, messages[(student, VICTIM)]), (student, messages[(student, VICTIM)])
+        assert re.search(pattern, errors_of(graded.root, student)), (student, errors_of(graded.root, student))
 
 
 def test_nothing_a_submission_started_runs_or_stays_after_grading(graded):
@@ -916,9 +942,9 @@ def test_the_plain_nbgrader_step_turns_an_impossible_partial_credit_into_an_erro
 
 @SANDBOXED
 def test_plain_mode_bounds_a_forged_partial_credit(tmp_path):
-    """--plain: test cells run in the kernel, where a submission can make a test cell's last value 1000 by
-    patching the checks; the judge, reading that patch, refuses every by-hand exercise (the bound itself:
-    test_scores_stay_within_each_cells_points)."""
+    """--plain: test cells run in the kernel, where a submission could make a test cell's last value 1000 by
+    patching the checks: a patch outside every answer, which the by-hand exercises, graded first, never meet
+    (the bound itself: test_scores_stay_within_each_cells_points)."""
     run, released = new_class(tmp_path)
     perfect = perfect_answers()
     # relu_grad's test cell ends with nb01_chain_rule.check_relu_grad(...): its value becomes the cell's value
@@ -930,11 +956,10 @@ def test_plain_mode_bounds_a_forged_partial_credit(tmp_path):
     result = classgrade.grade_class(tmp_path, [NAME], workers=2, limits=Limits(cell_seconds=CELL_SECONDS),
                                     progress=False, run=run, plain=True)
     run("export")
-    with open(tmp_path / "grades.csv") as f:  # the patch of the checks: no by-hand exercise of 01 is judged
+    with open(tmp_path / "grades.csv") as f:  # the patch never ran where relu_grad was graded: 1 point, not 1000
         assert {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)} == {
-            "perfect": 12.0, "forged_partial_credit": 0.0}
-    message = result.outcomes[("forged_partial_credit", NAME)].messages[VICTIM]
-    assert "ByHandRule" in message and "changes autograder.checks.nb01_chain_rule.check_relu_grad" in message, message
+            "perfect": 12.0, "forged_partial_credit": 12.0}
+    assert VICTIM not in result.outcomes[("forged_partial_credit", NAME)].messages
 
 
 def test_restore_rebuilds_from_the_source_and_says_what_it_undid(graded):
@@ -1043,7 +1068,8 @@ def test_every_reference_solution_earns_full_marks_in_trusted_mode(name):
     source = course.read(course.solution_path(name))
     assert trusted.opted_in(source)
     names = trusted.student_names(c.source for c in course.solution_cells(source))
-    problems = run_notebook(source, Limits(cell_seconds=CELL_SECONDS), trusted_names=names)
+    problems = run_notebook(source, Limits(cell_seconds=CELL_SECONDS), trusted_names=names,
+                            first=grading_task.by_hand_first(source, course.ROOT, name))
     failures = {course.nbgrader_meta(c)["grade_id"]: [o.get("evalue") for o in c.outputs if o.output_type == "error"]
                 for c in course.grade_cells(source)}
     assert problems == [] and {k: v for k, v in failures.items() if v} == {}
@@ -1113,10 +1139,10 @@ def test_a_worker_with_several_threads_grades_one_submission_at_a_time(monkeypat
         time.sleep(0.2)
         running.pop()
         return []
-    monkeypatch.setattr(classgrade, "run_notebook", fake_run)
-    monkeypatch.setattr(classgrade, "thread_pool", lambda: None)
+    monkeypatch.setattr(grading_task, "run_notebook", fake_run)
+    monkeypatch.setattr(grading_task, "thread_pool", lambda: None)
     nb = nbformat.writes(nbformat.v4.new_notebook())
-    threads = [threading.Thread(target=classgrade.execute_submission, args=(nb, {})) for _ in range(3)]
+    threads = [threading.Thread(target=grading_task.execute_submission, args=(nb, {})) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
@@ -1136,22 +1162,27 @@ def test_lines_that_reach_for_the_grader_are_listed_for_the_instructor(graded):
     assert says("copies_from_the_install_checkout", "uses exec")
     assert says("patches_builtins", "uses builtins") and says("copies_the_solution", "names the course's solutions")
     assert says("switches_off_the_autograd_guard", "changes autograder.checks.student_calls._autograd_forbidden")
-    for student, (*_, other) in BY_HAND_ATTACKS.items():
-        assert any(re.search(other, what) for what in flagged[student]), (student, flagged[student])
+    for student, (*_, flag, _) in BY_HAND_ATTACKS.items():
+        assert any(re.search(flag, what) for what in flagged[student]), (student, flagged[student])
     assert "perfect" not in flagged and "blank" not in flagged
 
 
 def test_an_answer_around_a_by_hand_rule_scores_0_with_the_line_and_the_rule(graded):
     """Each scored full marks in trusted mode before the judge (issue 28): the kernel's guard was patched,
-    reached around, or bound early. relu_grad's message is the first one met (the private guard's in the
-    kernel, else the judge's); every other by-hand exercise names the line that made the notebook unjudgeable."""
+    reached around, or bound early. relu_grad's message is the judge's, which names the line; every other
+    by-hand exercise keeps its points, but where the answer patched or reflected as it loaded."""
     rows = classgrade.scores(graded.root, [NAME])
-    for student, (_, _, own, other) in BY_HAND_ATTACKS.items():
+    for student, (_, _, own, _, other) in BY_HAND_ATTACKS.items():
         mine = {r["exercise"]: r for r in rows if r["student"] == student}
         assert graded.result.outcomes[(student, NAME)].graded
+        assert mine[VICTIM]["message"].startswith("ByHandRule: relu_grad: cell ")
         assert re.search(own, mine[VICTIM]["message"]), (student, mine[VICTIM]["message"])
-        assert all(r["score"] == 0 and re.search(other, r["message"]) and "ByHandRule" in r["message"]
-                   for name, r in mine.items() if name != VICTIM), (student, mine)
+        others = [r for name, r in mine.items() if name != VICTIM]
+        if other is None:
+            assert all(r["score"] == r["max_score"] for r in others), (student, others)
+        else:
+            assert all(r["score"] == 0 and re.search(other, r["message"]) and "ByHandRule" in r["message"]
+                       for r in others), (student, others)
 
 
 def trimmed(name, answers):
@@ -1187,18 +1218,19 @@ OTHER_BY_HAND_ATTACKS = {
         {"silu_forward": "import numpy as np\n" + EMPTY_KERNEL + "def silu_forward(x):\n    nothing[(1,)](x)\n"
                          "    y = np.asarray(x.detach().cpu().double())\n"
                          "    return torch.from_numpy(np.asarray(y / (1 + np.exp(-y)))).to(x.dtype)"},
-        10, {"silu_forward": r"uses numpy outside a kernel: in this exercise all the maths is in your Triton kernels"}),
+        10, {"silu_forward": r"uses numpy\.\w+ outside a kernel: in this exercise all the maths is in your Triton "
+                             r"kernels"}),
     ("09_kernels", "dispatch_modes_switched_off"): (
         {"silu_forward": "from torch.utils._python_dispatch import _disable_current_modes\n" + EMPTY_KERNEL +
                          "def silu_forward(x):\n    nothing[(1,)](x)\n    with _disable_current_modes():\n"
                          "        return x * torch.sigmoid(x)"}, 0,
-        {"silu_forward": r"reaches torch\.utils\._python_dispatch, a private part of torch",
-         "rmsnorm_forward": r"reaches torch\.utils\._python_dispatch"}),
+        {"silu_forward": r"imports torch\.utils\._python_dispatch, a private part of torch",
+         "rmsnorm_forward": r"torch\.utils\._python_dispatch .*another by-hand answer"}),
     ("09_kernels", "replaces_the_guard"): (
         {"silu_forward": "from autograder.checks import kernel_guard\n"
                          "kernel_guard.run_guarded = lambda *a, **k: kernel_guard.KernelRun(*a)\n"
-                         "def silu_forward(x):\n    return x * torch.sigmoid(x)"}, 0,
-        {"rmsnorm_forward": r"changes autograder\.checks\.kernel_guard\.run_guarded"}),
+                         "def silu_forward(x):\n    return x * torch.sigmoid(x)"}, 10,
+        {"silu_forward": r"uses torch\.sigmoid outside a kernel", "TritonSiLU": r"uses torch\.sigmoid outside"}),
 }
 
 
@@ -1313,8 +1345,8 @@ def test_a_failure_the_reference_passes_is_the_submissions_zero_with_the_reason(
     graded before keeps its score, relu_grad and every later one score 0 with what happened."""
     run = small_class(course_01, tmp_path, {"fine": GOOD, "breaks": GOOD, "breaks_too": GOOD})
     runs = []
-    monkeypatch.setattr(classgrade, "run_notebook", grader_that_raises(VICTIM, runs, {"breaks", "breaks_too"}))
-    monkeypatch.setattr(classgrade, "thread_pool", lambda: None)
+    monkeypatch.setattr(grading_task, "run_notebook", grader_that_raises(VICTIM, runs, {"breaks", "breaks_too"}))
+    monkeypatch.setattr(grading_task, "thread_pool", lambda: None)
     with threads_cluster() as cluster:
         result = classgrade.grade_class(tmp_path, [NAME], workers=1, scheduler=cluster.scheduler_address,
                                         limits=Limits(unsandboxed=True), progress=False, run=run)
@@ -1338,8 +1370,8 @@ def test_a_failure_the_reference_meets_too_is_the_graders_and_not_graded(course_
     both causes, nothing written to the gradebook, and a clean class beside it is graded without a control."""
     run = small_class(course_01, tmp_path, {"fine": GOOD, "breaks": GOOD})
     runs = []
-    monkeypatch.setattr(classgrade, "run_notebook", grader_that_raises(VICTIM, runs, {"breaks", "reference"}))
-    monkeypatch.setattr(classgrade, "thread_pool", lambda: None)
+    monkeypatch.setattr(grading_task, "run_notebook", grader_that_raises(VICTIM, runs, {"breaks", "reference"}))
+    monkeypatch.setattr(grading_task, "thread_pool", lambda: None)
     with threads_cluster() as cluster:
         result = classgrade.grade_class(tmp_path, [NAME], workers=1, scheduler=cluster.scheduler_address,
                                         limits=Limits(unsandboxed=True), progress=False, run=run)
@@ -1371,8 +1403,8 @@ def test_a_run_whose_cluster_lost_every_worker_ends_with_each_submission_not_gra
     for ever, each submission not graded, the grader's side, with the reason."""
     run = small_class(course_01, tmp_path, {"first": GOOD, "second": GOOD})
     started, release = threading.Event(), threading.Event()
-    monkeypatch.setattr(classgrade, "run_notebook", grader_that_raises(VICTIM, [], block=(started, release)))
-    monkeypatch.setattr(classgrade, "thread_pool", lambda: None)
+    monkeypatch.setattr(grading_task, "run_notebook", grader_that_raises(VICTIM, [], block=(started, release)))
+    monkeypatch.setattr(grading_task, "thread_pool", lambda: None)
     monkeypatch.setattr(classgrade, "WORKERLESS_S", 0.0)  # no worker at all ends it at once
     monkeypatch.setattr(classgrade, "POLL_S", 0.05)
     with threads_cluster() as cluster:
@@ -1398,8 +1430,8 @@ def test_a_run_where_nothing_finishes_ends_with_the_reason(course_01, tmp_path, 
     0 s, the limits injected), the run ends and says why."""
     run = small_class(course_01, tmp_path, {"hangs": GOOD})
     started, release = threading.Event(), threading.Event()
-    monkeypatch.setattr(classgrade, "run_notebook", grader_that_raises(VICTIM, [], block=(started, release)))
-    monkeypatch.setattr(classgrade, "thread_pool", lambda: None)
+    monkeypatch.setattr(grading_task, "run_notebook", grader_that_raises(VICTIM, [], block=(started, release)))
+    monkeypatch.setattr(grading_task, "thread_pool", lambda: None)
     monkeypatch.setattr(classgrade, "STALL_MARGIN_S", 0.0)
     monkeypatch.setattr(classgrade, "POLL_S", 0.05)
     with threads_cluster() as cluster:

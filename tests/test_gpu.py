@@ -59,14 +59,15 @@ def test_reference_solution_earns_full_marks_in_trusted_mode_on_cuda(name, on_cu
     process compares with references it computes on the GPU."""
     import torch
 
-    from autograder.grader import trusted
+    from autograder.grader import grading_task, trusted
     from autograder.grader.sandbox import Limits, run_notebook
 
     source = course.read(course.solution_path(name))
     names = trusted.student_names(c.source for c in course.solution_cells(source))
     torch.cuda.init()  # the allocator's statistics exist only once CUDA is initialised
     torch.cuda.reset_peak_memory_stats()
-    problems = run_notebook(source, Limits(cell_seconds=120), trusted_names=names)
+    problems = run_notebook(source, Limits(cell_seconds=120), trusted_names=names,
+                            first=grading_task.by_hand_first(source, course.ROOT, name))
     failures = {course.nbgrader_meta(c)["grade_id"]: [o.get("evalue") for o in c.outputs if o.output_type == "error"]
                 for c in course.grade_cells(source)}
     assert problems == [] and {k: v for k, v in failures.items() if v} == {}

@@ -16,7 +16,7 @@ import mutation
 import pytest
 from test_classgrade import CELL_SECONDS, SANDBOXED, trimmed
 
-from autograder.grader import judge, recording, sanitize, trusted
+from autograder.grader import grading_task, judge, recording, sanitize, trusted
 from autograder.grader.sandbox import KernelPool, Limits, run_notebook
 
 CATALOGUE = mutants.load_all()
@@ -73,16 +73,20 @@ def in_process(notebook, name, source) -> dict:
 
 
 def graded_in_a_kernel(notebook, name, source, pool) -> dict:
-    """{grade_id: (score, message)} of the released notebook with the reference answers and `source` in
-    `name`'s cell, graded as `backprop-course grade` grades it (restored, sandboxed, trusted, judged)."""
+    """({grade_id: (score, message)}, {grade_id: every error it shows}) of the released notebook with the
+    reference answers and `source` in `name`'s cell, graded as `backprop-course grade` grades it (restored,
+    sandboxed, trusted, the by-hand exercises first, judged)."""
     reference = source_notebook(notebook)
     nb, notes = sanitize.restore(trimmed(notebook, {name: source}), reference)
     assert notes == []
     names = trusted.student_names(c.source for c in course.solution_cells(nb))
-    problems = run_notebook(nb, Limits(cell_seconds=CELL_SECONDS), trusted_names=names, pool=pool)
+    problems = run_notebook(nb, Limits(cell_seconds=CELL_SECONDS), trusted_names=names, pool=pool,
+                            first=grading_task.by_hand_first(nb, course.ROOT, notebook))
     assert problems == []
     judge.apply(nb, judge.cell_verdicts(nb, judge.baseline(course.ROOT, notebook)))
-    return recording.scores_of(nb, reference)
+    errors = {course.nbgrader_meta(c)["grade_id"]: [f"{o.ename}: {o.evalue}" for o in c.outputs
+                                                     if o.output_type == "error"] for c in course.grade_cells(nb)}
+    return recording.scores_of(nb, reference), errors
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +110,7 @@ def test_the_sample_holds_a_wrong_entry_of_every_graded_name_but_those_of_severa
 @pytest.mark.parametrize("case", SAMPLE, ids=lambda c: f"{c[0]}:{c[1]}:{c[2]}:{c[3]}")
 def test_a_sampled_entry_scores_in_a_sandboxed_kernel_what_it_scores_in_process(case, pool):
     notebook, name, kind, label, source = case
-    scores = graded_in_a_kernel(notebook, name, source, pool)
+    scores, errors = graded_in_a_kernel(notebook, name, source, pool)
     points = {grade_id: cell.points for grade_id, cell in source_notebook(notebook).cells.items() if cell.grade}
     lost = {grade_id: message for grade_id, (score, message) in scores.items() if score != points[grade_id]}
     expected = {grade_id: error for grade_id, error in in_process(notebook, name, source).items() if error}
@@ -115,7 +119,9 @@ def test_a_sampled_entry_scores_in_a_sandboxed_kernel_what_it_scores_in_process(
         return
     assert expected, f"in-process, the grade cells of {name} accept a wrong answer: {label}"
     assert set(lost) == set(expected), (label, lost, expected)
-    assert all(lost[grade_id].startswith(f"{error}: ") for grade_id, error in expected.items()), (label, lost)
+    # the message kept is the first error: the judge's verdict where it refused the answer, which still ran
+    assert all(any(e.startswith(f"{error}: ") for e in errors[grade_id]) for grade_id, error in expected.items()), \
+        (label, errors)
     assert any(error == "GradingError" for error in expected.values()), (label, expected)
     says = SAYS[(notebook, name, label)]
-    assert not says or any(says in message for message in lost.values()), (label, says, lost)
+    assert not says or any(says in e for grade_id in lost for e in errors[grade_id]), (label, says, errors)

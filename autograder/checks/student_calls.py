@@ -25,7 +25,7 @@ except ImportError:  # a torch without it has no such door to shut: the checks m
 
 from autograder.checks import boundary
 from autograder.checks.compare import GradingError, describe, expect_close, fail
-from autograder.checks.op_watch import GuardSwitchedOff, switched_off
+from autograder.checks.op_watch import GuardSwitchedOff, OpWatch, switched_off
 
 
 class _TimeLimit(BaseException):
@@ -113,7 +113,9 @@ def _set(owner, name, value):
 def _autograd_forbidden(exercise):
     """Make every use of autograd raise, for exercises that must be derived by hand. The doors are checked:
     each owner must set attributes as a plain module does, each refusal must be what a lookup finds, and must
-    still be there at the end; otherwise the call fails (GuardSwitchedOff)."""
+    still be there at the end; otherwise the call fails (GuardSwitchedOff). Autograd's backward kernels are
+    refused too, however they were reached (a `grad_fn` node called directly, `torch.ops.aten.*_backward`):
+    no engine runs them, so no door sees them, but the dispatch watch does."""
     def refusal():
         # one function per door: torch._dynamo, imported while the doors are shut, rejects
         # a single function object registered under several torch names
@@ -132,7 +134,11 @@ def _autograd_forbidden(exercise):
             if getattr(owner, name) is not refuse:
                 raise switched_off("autograd", f"{_door(owner, name)} stayed as it was when the grader replaced it "
                                                "with a refusal", "before the call")
-        yield
+        kernels = OpWatch(refused=lambda name: "backward" in name)
+        with kernels:
+            yield
+        if kernels.used is not None:
+            raise _UsedAutograd(f"ran autograd's backward kernel {kernels.used}")
         reopened = [_door(owner, name) for owner, name, _, refuse in doors
                     if getattr(owner, name) is not refuse or _attribute_trap(owner)]
         if reopened:
@@ -286,8 +292,8 @@ def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=F
             return fn(*[_copy(a) for a in args])
     except NotImplementedError:
         fail(exercise, "not implemented yet: replace `raise NotImplementedError` with your code")
-    except _UsedAutograd:
-        fail(exercise, "called autograd (backward, torch.autograd.grad or torch.func); "
+    except _UsedAutograd as used:
+        fail(exercise, f"{used or 'called autograd (backward, torch.autograd.grad or torch.func)'}; "
                         "this exercise asks you to compute the derivative yourself", inputs)
     except UsedAnswerKey as used:
         fail(exercise, f"called {used}: write your own implementation", inputs)

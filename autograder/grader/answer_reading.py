@@ -647,7 +647,7 @@ class AnswerReader(ast.NodeVisitor):
     def visit_ImportFrom(self, node):
         if node.level:
             return self.report(node, "imports a module of its own, which the judge does not read: put its code in "
-                                     "a cell of the notebook", "reflection")
+                                     "a cell of the notebook", "unreadable")
         self._check_import(node.module, node)
         for alias in node.names:
             path = node.module if alias.name == "*" else f"{node.module}.{alias.name}"
@@ -666,7 +666,7 @@ class AnswerReader(ast.NodeVisitor):
         if top not in ANSWER_MODULES:
             return self.report(node, f"imports {module}, which an answer may not use (the judge reads "
                                      f"{', '.join(sorted(ANSWER_MODULES - {'autograder'}))} and the course's "
-                                     "autograder.learner; code outside the answer may import anything)", "reflection")
+                                     "autograder.learner; code outside the answer may import anything)", "unreadable")
         given = any(path == module or path.startswith(module + ".") for path in self.given)
         why = None if given else self.refuses(module)
         if why and any(module == d or module.startswith(d + ".") for d in DENIED_PATHS):

@@ -33,12 +33,9 @@ class ByHandFirstExecute(SteadyClientMixin, Execute):
             self.nb.metadata["language_info"] = info["content"]["language_info"]
             for cell in examination.program:
                 self._aside(cell.source, cell.index)
-            for index in examination.by_hand:  # a refused answer never runs: it cannot tamper with the others' checks
-                grade_id = self.nb.cells[index].metadata.nbgrader.grade_id
-                if grade_id in refused:
-                    self.nb.cells[index].outputs = [judge.refusal(refused[grade_id])]
-                else:
-                    self.preprocess_cell(self.nb.cells[index], resources, index)
+            last = [i for i in examination.by_hand if self.nb.cells[i].metadata.nbgrader.grade_id in refused]
+            for index in [*(i for i in examination.by_hand if i not in last), *last]:  # refused answers after the
+                self.preprocess_cell(self.nb.cells[index], resources, index)  # others: no tampering with their checks
             self._aside(RESET, examination.by_hand[0])
             for index, cell in enumerate(self.nb.cells):
                 if index not in first:

@@ -22,7 +22,6 @@ import pathlib
 import queue
 import sys
 import tempfile
-import threading
 import time
 
 import nbformat
@@ -31,19 +30,16 @@ from nbgrader.api import Gradebook, MissingEntry
 
 from autograder.grader import cgroup, flags, isolation, judge, keys, recording, sanitize, submissions, trusted
 from autograder.grader.cluster import ALLOWED_FAILURES, WORKER_MEMORY_MB, BackgroundClient
+from autograder.grader.grading_task import GRADING_STARTED, cause, execute_submission
 from autograder.grader.nbgrader_run import nbgrader_runner, with_scripts_on_path
-from autograder.grader.sandbox import Limits, error_output, run_notebook, thread_pool
+from autograder.grader.sandbox import Limits, error_output
 
-# The grader's side of a submission is not thread-safe (test cells redirect stdout, references draw from
-# the global RNG): a worker process with several threads (a --scheduler cluster's) grades one at a time.
-_ONE_SUBMISSION_AT_A_TIME = threading.Lock()
 # A class run ends, every submission left marked not graded, when nothing finished for longer than a submission
 # may take (each try of it, plus this margin for kernels and workers to start), or when the cluster had no worker
 # for WORKERLESS_S (a worker killed for memory is back within seconds).
 STALL_MARGIN_S = 300.0
 WORKERLESS_S = 120.0
 POLL_S = 5.0  # how often a run with nothing finishing looks at its cluster
-GRADING_STARTED = "course-grading-started"  # the topic of the event a worker logs as it begins to grade a task
 
 
 def default_workers() -> int:
@@ -98,68 +94,6 @@ def prepare(root: pathlib.Path, sub: submissions.Submission, source) -> tuple:
     return sanitize.restore(nb, source)
 
 
-def execute_submission(nb_json: str, limits: dict, trusted_names=None, hidden=(), answer_key=None,
-                       course_root=None) -> dict:
-    """Run on a worker: execute one sanitized notebook in a sandbox, in a private folder.
-
-    `trusted_names`: for a notebook graded in trusted mode, the names its answers define;
-    `hidden`: paths the kernel must never reach (see autograder/grader/isolation.py); `answer_key`
-    (plain mode only): the notebook's answer key, which its hidden tests load in the kernel;
-    `course_root`: the course the run was given, where trusted test cells find answer keys (the
-    worker's working directory may be anywhere). Every output is capped before the notebook
-    leaves the worker. Where the grader's side raised (trusted.GraderFailure or anything else), the
-    notebook comes back as far as it ran, with `failure`: the cause, this worker, and the grade
-    cells that gave no verdict of their own; whose failure it was, a control decides (`_Grading`).
-    """
-    began, problems, failure = time.monotonic(), [], None
-    with _ONE_SUBMISSION_AT_A_TIME:
-        worker = _grading_starts()
-        nb = nbformat.reads(nb_json, as_version=4)
-        waiting = nbformat.v4.new_output("error", ename="NotReached", evalue="", traceback=[])
-        code = [cell for cell in nb.cells if cell.cell_type == "code"]
-        for cell in code:
-            cell.outputs = [waiting]  # a cell that runs loses it: whatever still holds it was never reached
-        try:
-            with keys.grading_root(course_root):
-                problems = run_notebook(nb, Limits(**limits), trusted_names=trusted_names, hidden=hidden,
-                                        answer_key=answer_key, pool=thread_pool())  # the next kernel starts meanwhile
-        except Exception as err:  # ours, or a submission's doing: the control says which
-            failure = {"cause": _cause(err), "worker": worker, "unfinished": _unfinished(nb, waiting)}
-    for cell in code:
-        cell.outputs = [out for out in cell.outputs if out is not waiting]
-    recording.bound_outputs(nb)
-    return {"notebook": nbformat.writes(nb), "problems": [(i, recording.capped(p)) for i, p in problems],
-            "seconds": time.monotonic() - began, "failure": failure}
-
-
-def _cause(err) -> str:
-    """What failed, in one capped line (a GraderFailure already names the error it stands for)."""
-    text = str(err) if isinstance(err, trusted.GraderFailure) else f"{type(err).__name__}: {err}"
-    return recording.capped(text)
-
-
-def _grading_starts():
-    """Tell the scheduler that this worker begins to grade this task; return its address (None outside a worker).
-    Dask gives up on a task whose workers died twice while it was theirs, whether it ran there or only waited its
-    turn: this says which it was (`_was_grading`)."""
-    from distributed import get_worker
-    try:
-        worker = get_worker()
-    except ValueError:
-        return None
-    worker.log_event(GRADING_STARTED, {"task": str(worker.get_current_task()), "worker": worker.address})
-    return worker.address
-
-
-def _unfinished(nb, waiting) -> list:
-    """Indices of the grade cells that gave no verdict of their own when the grader's side raised: those never
-    reached, and the one that was running (the last reached) unless it holds an error, its verdict."""
-    code = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
-    reached = [i for i in code if not any(out is waiting for out in nb.cells[i].outputs)]
-    running = [i for i in reached[-1:] if not any(out.get("output_type") == "error" for out in nb.cells[i].outputs)]
-    return [i for i in code if (i not in reached or i in running) and utils.is_grade(nb.cells[i])]
-
-
 def trusted_names(root: pathlib.Path, name: str):
     """The names the answers of `name` define, if its source opts in to trusted grading; else None."""
     source = nbformat.read(root / "solutions" / name / f"{name}.ipynb", as_version=4)
@@ -169,23 +103,29 @@ def trusted_names(root: pathlib.Path, name: str):
 
 
 def _record(recorder, outcomes, key, *, executed=None, source=None, reason="", notes=(), seconds=0.0,
-            grader_side=False, flagged=()):
+            grader_side=False, flagged=(), verdicts=None):
     """Record one submission; a failure to record it is that submission's problem only.
 
     `reason` without `executed`: not graded. Its files were at fault (the student's 0, with the
     reason in the gradebook), or with `grader_side` the grader was (a missing answer key, a worker
     that died): then nothing is written to the gradebook, whatever it held stands, and the report
-    says to grade it again."""
+    says to grade it again. A notebook that cannot be recorded is judged by a control, as a failed
+    grading is (`_Grading`): the grader's failure only where the reference notebook fails too.
+    `verdicts`: the judge's, as the worker read them ({grade_id: message}; None: read here)."""
     student, assignment = key
     if executed is not None:
         try:
-            messages = recorder.graded(student, assignment, executed, source)
+            messages = recorder.graded(student, assignment, executed, source, verdicts=verdicts)
             outcomes[key] = recording.Outcome(student, assignment, True, notes=list(notes), messages=messages,
                                               seconds=seconds, flags=list(flagged))
             return
-        except Exception as err:  # a database or file error here must not stop the class
-            recorder.gb.db.rollback()
-            reason, grader_side = f"its scores could not be recorded ({type(err).__name__}: {err})", True
+        except Exception as err:  # a database or file error, or a notebook that cannot be stored: the control says
+            control = recorder.fails_to_record(student, assignment, lambda: nbformat.reads(
+                control_notebook(recorder.root, assignment, source), as_version=4), source)
+            grader_side = control is not None
+            verdict = f"fails too: {control}" if grader_side else "can be: the cause is in this notebook"
+            reason = (f"its scores could not be recorded ({cause(err)}); the assignment's reference notebook, "
+                      f"recorded the same way, {verdict}")
     if not grader_side:
         recorder.not_graded(student, assignment, reason)
     outcomes[key] = recording.Outcome(student, assignment, False, reason=recording.capped(reason),
@@ -236,7 +176,7 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
 
                 def submit(nb_json, name, **placement):
                     return client.submit(execute_submission, nb_json, dataclasses.asdict(limits), names_of[name],
-                                         hidden, key_paths[name], str(root), pure=False, **placement)
+                                         hidden, key_paths[name], str(root), name, pure=False, **placement)
                 patience = (_allowed_failures(client, scheduler) + 1) * limits.submission_seconds + STALL_MARGIN_S
                 bar = tqdm(total=len(jobs), unit="notebook", desc="grading", disable=not progress, file=sys.stdout)
                 grading = _Grading(root, client, submit, recorder, outcomes, sources, clock, bar,
@@ -244,6 +184,8 @@ def grade_class(root: pathlib.Path, names: list, *, workers: int, scheduler=None
                 with clock("run notebooks (parallel), recording each as it returns"):
                     grading.run(jobs, Watchdog(patience, WORKERLESS_S))
                 bar.close()
+                for what, seconds in sorted(grading.worker_seconds.items()):  # summed over workers, not wall time
+                    clock.seconds[f"  the workers' time on {what} (summed)"] = seconds
                 stopped = grading.stopped
         finally:
             recorder.close()
@@ -291,8 +233,8 @@ class Phases:
 
 
 def _prepare_all(root, names, sources, problems) -> tuple:
-    """([(key, notebook to run, notes, flags)], {key: why it cannot be graded}, {keys never to record in
-    the gradebook}) for every submission."""
+    """([(key, notebook to run, notes)], {key: why it cannot be graded}, {keys never to record in
+    the gradebook}) for every submission (its flags and the judge's verdicts are the worker's to read)."""
     found, more = submissions.find_submissions(root, names)
     blocked = {}
     for problem in problems + more:
@@ -305,14 +247,13 @@ def _prepare_all(root, names, sources, problems) -> tuple:
             continue
         try:
             nb, notes = prepare(root, sub, sources[sub.assignment])
-            flagged = flags.scan(nb, judge.baseline(root, sub.assignment))
         except submissions.NotGradable as err:
             blocked[key] = str(err)
             continue
         except Exception as err:  # whatever else one file does, it is that submission's problem only
             blocked[key] = recording.capped(f"could not be prepared for grading ({type(err).__name__}: {err})")
             continue
-        jobs.append((key, nb, notes, flagged))
+        jobs.append((key, nb, notes))
     return jobs, blocked, unrecorded
 
 
@@ -327,27 +268,28 @@ class Failure:
 
 
 def _returned(future, nb=None) -> tuple:
-    """(the executed notebook merged into `nb` (None without one), seconds, None), or (None, seconds, Failure)
-    where the task failed."""
+    """(the executed notebook merged into `nb` (None without one), seconds, None, what the worker judged), or
+    (None, seconds, Failure, {}) where the task failed."""
     from distributed import KilledWorker
     try:
         result = future.result()
     except KilledWorker as err:
         tries = getattr(err, "allowed_failures", ALLOWED_FAILURES) + 1
         return None, 0.0, Failure(f"its grading worker died while it ran it, on each of {tries} tries (KilledWorker)",
-                                  worker=getattr(getattr(err, "last_worker", None), "address", None), killed=True)
+                                  worker=getattr(getattr(err, "last_worker", None), "address", None), killed=True), {}
     except Exception as err:  # the task could not run, or its result not come back
-        return None, 0.0, Failure(_cause(err))
+        return None, 0.0, Failure(cause(err)), {}
+    judged = {k: result[k] for k in ("verdicts", "flags", "judge_seconds") if k in result}
     failed = result.get("failure")
     if failed:
         return None, result["seconds"], Failure(failed["cause"], worker=failed["worker"], notebook=result["notebook"],
-                                                unfinished=tuple(failed["unfinished"]))
+                                                unfinished=tuple(failed["unfinished"])), judged
     if nb is None:
-        return None, result["seconds"], None
+        return None, result["seconds"], None, judged
     try:
-        return recording.merged(nb, nbformat.reads(result["notebook"], as_version=4)), result["seconds"], None
+        return recording.merged(nb, nbformat.reads(result["notebook"], as_version=4)), result["seconds"], None, judged
     except Exception as err:
-        return None, result["seconds"], Failure(_cause(err))
+        return None, result["seconds"], Failure(cause(err)), judged
 
 
 def control_notebook(root: pathlib.Path, name: str, source) -> str:
@@ -446,11 +388,12 @@ class _Grading:
         self.root, self.client, self.submit, self.recorder = root, client, submit, recorder
         self.outcomes, self.sources, self.clock, self.bar, self.memory_mb = outcomes, sources, clock, bar, memory_mb
         self.finished = queue.Queue()
-        self.sent = {}  # future -> (a submission's job (key, nb, notes, flagged), or an assignment for its control,
+        self.sent = {}  # future -> (a submission's job (key, nb, notes), or an assignment for its control,
         #                            the notebook sent, whether it was sent again)
         self.verdicts = {}  # assignment -> None (its reference notebook passed) or why it failed
         self.waiting = collections.defaultdict(list)  # assignment -> [(job, Failure, seconds)] until its verdict
         self.stopped = {}  # key -> what stopped its grading (graded all the same)
+        self.worker_seconds = collections.Counter()  # the workers' time, by what they did
 
     def _send(self, what, nb_json, again=False, **placement):
         name = what if isinstance(what, str) else what[0][1]
@@ -472,7 +415,9 @@ class _Grading:
             watchdog.moved()
             what, nb_json, again = self.sent.pop(future)
             control = isinstance(what, str)
-            executed, seconds, failure = _returned(future, None if control else what[1])
+            executed, seconds, failure, judged = _returned(future, None if control else what[1])
+            self.worker_seconds["judge and flags"] += judged.get("judge_seconds", 0.0)
+            self.worker_seconds["controls" if control else "submissions"] += seconds
             waited = failure is not None and failure.killed and not _was_grading(self.client, future.key,
                                                                                   failure.worker)
             if waited and not again:  # it only waited its turn on a worker that another task took down
@@ -481,16 +426,20 @@ class _Grading:
             if control:
                 self._resolve(what, None if failure is None else failure.cause)
             elif failure is None:
-                self._record(what, executed=executed, source=self.sources[what[0][1]], seconds=seconds)
+                self._record(what, executed=executed, source=self.sources[what[0][1]], seconds=seconds,
+                             verdicts=judged.get("verdicts"), flagged=judged.get("flags"))
             elif waited:
                 self._record(what, grader_side=True, reason="the grader failed, not the submission: twice, the "
                              "workers it waited on died before they began to grade it (KilledWorker)")
             else:
                 self._wait_for_control(what, failure, seconds)
 
-    def _record(self, job, notes=(), **what):
-        key, _, own_notes, flagged = job
+    def _record(self, job, notes=(), flagged=None, **what):
+        """Record one submission; its flags are the worker's where it read them, else read here."""
+        key, nb, own_notes = job
         with self.clock("  of which recording scores"):
+            if flagged is None:
+                flagged = flags.scan(nb, judge.baseline(self.root, key[1]))
             _record(self.recorder, self.outcomes, key, notes=[*own_notes, *notes], flagged=flagged, **what)
         self.bar.set_postfix_str(f"{key[0]}/{key[1]} {self.outcomes[key].seconds:.1f} s")
         self.bar.update()
@@ -506,7 +455,7 @@ class _Grading:
         try:
             reference = control_notebook(self.root, name, self.sources[name])
         except Exception as err:
-            self._resolve(name, f"it could not be read ({_cause(err)})")
+            self._resolve(name, f"it could not be read ({cause(err)})")
             return
         alive = failure.worker if not failure.killed else None
         self._send(name, reference, priority=1, **({"workers": [alive], "allow_other_workers": True} if alive else {}))

@@ -11,8 +11,10 @@ formgrader read them as usual.
 Scores are computed from outputs nothing can stretch: a grade cell scores 0 if it shows an error
 or writes to stderr (library warnings aside, as nbgrader_config.py configures), its points
 otherwise; a last value that is a number counts as partial credit only between 0 and the
-cell's points (nbgrader itself raises on more and gives full marks for less). Every message kept
-(gradebook comments, reports) is capped.
+cell's points (nbgrader itself raises on more and gives full marks for less). Every text kept
+(outputs in the autograded notebook, gradebook comments, reports) is storable (`storable`: what a
+student's code sent is shown, never acted on) and capped. The gradebook and autograded/ get both or
+neither: the notebook is encoded and written aside before the scores are committed.
 """
 import contextlib
 import dataclasses
@@ -22,6 +24,7 @@ import pathlib
 import re
 import shutil
 import stat
+import uuid
 import warnings
 
 import nbformat
@@ -39,23 +42,48 @@ from autograder.grader.nbgrader_run import with_scripts_on_path
 MESSAGE_CHARS = 500  # a failure message in the gradebook, scores.csv, failures.csv
 OUTPUT_CHARS = 20_000  # one output's text in an autograded notebook (feedback shows it)
 
+SURROGATES = re.compile("[\ud800-\udfff]")  # lone halves of a UTF-16 pair: no file encoding takes one
+# Control characters a message shows escaped: all but tab and newline (a terminal or spreadsheet acts on them).
+MESSAGE_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# In a notebook, carriage returns (progress bars) and ANSI colour codes (IPython's tracebacks) stay: nbconvert
+# renders them, in feedback too; any other escape sequence or control character is shown escaped (in HTML a NUL
+# or a stray escape is not text).
+NOTEBOOK_CONTROLS = re.compile("\x1b(?!\\[[0-9;]*m)|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f]")
+
+
+def storable(text, controls: re.Pattern = MESSAGE_CONTROLS) -> str:
+    """`text` as any file, terminal, spreadsheet or web page can take it: a lone surrogate becomes U+FFFD and
+    each of `controls` its escape (`\\x00`, `\\x1b`), so what a student's code sent is shown, never acted on,
+    and never stops its notebook or its scores from being stored."""
+    text = SURROGATES.sub("\ufffd", str(text))
+    return controls.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), text)
+
 
 def capped(text, limit: int = MESSAGE_CHARS) -> str:
-    """`text` cut to `limit` characters (a gradebook or report message by default)."""
-    return compare.capped(text, limit)
+    """`text` storable and cut to `limit` characters (a gradebook or report message by default)."""
+    return compare.capped(storable(text), limit)
+
+
+def _bounded(value, limit: int):
+    """A JSON value from a kernel with every string in it, keys included, storable in a notebook and capped."""
+    if isinstance(value, str):
+        return compare.capped(storable(value, NOTEBOOK_CONTROLS), limit)
+    if isinstance(value, dict):
+        return type(value)((_bounded(k, limit), _bounded(v, limit)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_bounded(item, limit) for item in value]
+    return value
 
 
 def bound_outputs(nb, limit: int = OUTPUT_CHARS):
-    """Cap every text an output carries (error messages and tracebacks included), in place."""
+    """Make every text an output carries (error messages, tracebacks, display data and its metadata) storable
+    and capped, in place."""
     for cell in nb.cells:
         for out in cell.get("outputs", []):
-            for key in ("evalue", "text", "ename"):
-                if key in out:
-                    out[key] = capped(out[key], limit)
-            if "traceback" in out:
-                out["traceback"] = [capped(line, limit) for line in out["traceback"][:50]]
-            if isinstance(out.get("data"), dict):
-                out["data"] = {k: capped(v, limit) if isinstance(v, str) else v for k, v in out["data"].items()}
+            if isinstance(out.get("traceback"), list):
+                out["traceback"] = out["traceback"][:50]
+            for key, value in out.items():
+                out[key] = _bounded(value, limit)
     return nb
 
 
@@ -202,12 +230,47 @@ class Recorder:
             submission = self.gb.update_or_create_submission(assignment, student, **kwargs)
         return submission, self.gb.find_submission_notebook(assignment, assignment, student)
 
-    def graded(self, student, assignment, nb, source) -> dict:
+    def graded(self, student, assignment, nb, source, keep: bool = True, verdicts: dict | None = None) -> dict:
         """Record an executed, merged notebook; write it to autograded/; return {grade_id: message}.
-        The by-hand judge (`autograder.grader.judge`) reads its source first: an answer it refuses scores 0."""
-        submission, notebook = self._submission(student, assignment)
-        judge.apply(nb, judge.cell_verdicts(nb, judge.baseline(self.root, assignment)))
+        The by-hand judge (`autograder.grader.judge`) reads its source first: an answer it refuses scores 0.
+        Both or neither: the notebook is encoded (what cannot be stored fails here) and written aside before
+        the scores are committed, and put in place after. With `keep` False everything is done and nothing
+        kept: the control for a submission that could not be recorded (`fails_to_record`). `verdicts`: the
+        judge's, where a worker read them already ({grade_id: message})."""
+        if verdicts is None:
+            verdicts = judge.cell_verdicts(nb, judge.baseline(self.root, assignment))
+        judge.apply(nb, verdicts)
         found = scores_of(nb, source, self.ignore)
+        text = nbformat.writes(nb).encode("utf-8")
+        staged = self.root / "autograded" / f".staged-{uuid.uuid4().hex}"  # a path nbgrader never reads
+        staged.mkdir(parents=True)
+        try:
+            self._stage(staged, student, assignment, text)
+            self._scores(student, assignment, nb, source, found)
+            if keep:
+                self.gb.db.commit()
+                folder = self.root / "autograded" / student / assignment
+                folder.parent.mkdir(exist_ok=True)
+                _remove_tree(folder)
+                staged.rename(folder)
+        finally:
+            self.gb.db.rollback()  # what was not committed: with `keep` False, everything
+            _remove_tree(staged)  # gone once put in place
+        return {name: message for name, (_, message) in found.items() if message}
+
+    def fails_to_record(self, student, assignment, reference, source) -> str | None:
+        """Why the assignment's reference notebook (`reference()` reads it) cannot be recorded as `student`'s
+        submission, nothing of it kept, or None where it can: the control that says whose failure it was when a
+        notebook could not be recorded (`classgrade._record`)."""
+        try:
+            self.graded(student, assignment, reference(), source, keep=False)
+        except Exception as err:
+            return capped(f"{type(err).__name__}: {err}")
+        return None
+
+    def _scores(self, student, assignment, nb, source, found):
+        """The gradebook rows of one submission, flushed, not committed."""
+        submission, notebook = self._submission(student, assignment)
         for grade in notebook.grades:
             score, _ = found.get(grade.name, (0.0, ""))
             grade.auto_score = score
@@ -219,11 +282,9 @@ class Recorder:
             unchanged = cell is not None and known is not None and known.checksum == utils.compute_checksum(cell)
             comment.auto_comment = "No response." if unchanged and not known.task else None
         notebook.late_submission_penalty = None
-        self.gb.db.commit()
+        self.gb.db.flush()
         if submission.total_seconds_late > 0:
             self._late_penalty(submission, notebook, student)
-        self._write_autograded(student, assignment, nb)
-        return {name: message for name, (_, message) in found.items() if message}
 
     def not_graded(self, student, assignment, reason: str):
         """Record 0 for every graded cell, the reason as the answers' comment, and no autograded notebook."""
@@ -238,18 +299,16 @@ class Recorder:
         _remove_tree(self.root / "autograded" / student / assignment)  # it described an earlier file
 
     def _late_penalty(self, submission, notebook, student):
-        """As nbgrader's AssignLatePenalties, from the scores just committed."""
+        """As nbgrader's AssignLatePenalties, from the scores just flushed."""
         self.gb.db.refresh(notebook)
         penalty = self.late.plugin_inst.late_submission_penalty(student, notebook.score, submission.total_seconds_late)
         if penalty is not None:
             notebook.late_submission_penalty = min(max(penalty, 0), notebook.score)
-            self.gb.db.commit()
+            self.gb.db.flush()
 
-    def _write_autograded(self, student, assignment, nb):
-        folder = self.root / "autograded" / student / assignment
-        _remove_tree(folder)
-        folder.mkdir(parents=True)
-        nbformat.write(nb, folder / f"{assignment}.ipynb")
+    def _stage(self, folder, student, assignment, text: bytes):
+        """The autograded folder's files, written in `folder`: the notebook and the submission's timestamp."""
+        (folder / f"{assignment}.ipynb").write_bytes(text)
         with contextlib.suppress(submissions.NotGradable, OSError):
             stamp = submissions.read_bounded(self.root / "submitted" / student / assignment / "timestamp.txt", 200)
             (folder / "timestamp.txt").write_bytes(stamp)

@@ -5,8 +5,9 @@ Rows come from the gradebook (`classgrade.scores`), so manual grades entered in 
 formgrader show up too. failures.csv lists each submission this run could not grade (it scored
 0) and what was restored or ignored in the ones it graded. Failure messages are grouped with
 their numbers blanked out in failure_kinds.csv, so "wrong values in gW" counts once however many
-students got which values wrong. Every text a student controls is capped, and a cell that a
-spreadsheet would read as a formula is quoted.
+students got which values wrong. Every text a student controls is capped, with its control characters
+escaped (a terminal or spreadsheet never acts on them), and a cell that a spreadsheet would read as a
+formula is quoted.
 """
 import collections
 import csv
@@ -18,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
 
-from autograder.grader.recording import capped  # noqa: E402
+from autograder.grader.recording import capped, storable  # noqa: E402
 
 FIELDS = ["student", "notebook", "exercise", "score", "max_score", "message"]
 FAILURE_FIELDS = ["student", "notebook", "graded", "problem"]
@@ -26,16 +27,18 @@ FLAG_FIELDS = ["student", "notebook", "cell", "line", "what", "text"]
 
 
 def safe_text(value):
-    """A CSV cell: capped, and never read as a formula by a spreadsheet."""
+    """A CSV cell: capped (control characters escaped, `recording.storable`), and never read as a formula by a
+    spreadsheet."""
     if not isinstance(value, str):
         return value
     value = capped(value)
-    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t") else value
 
 
 def message_kind(message: str) -> str:
-    """A failure message with its numbers and quoted values blanked, for counting alike failures."""
-    first = message.splitlines()[0] if message else ""
+    """A failure message with its numbers and quoted values blanked, for counting alike failures (storable: it
+    labels a plot too)."""
+    first = storable(message).splitlines()[0] if message else ""
     return re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "#", first)[:120]
 
 

@@ -363,8 +363,9 @@ class ByHandFirst:
     """The by-hand exercises, graded before anything else of the notebook runs (`autograder.grader.judge`):
     a fresh kernel runs `program` (the answers' reach, `reach.ProgramCell`s) and then the grade cells at
     `cells`; only then is its namespace reset and the whole notebook run, those grade cells left out.
-    `refused`: (index, the judge's message) of the by-hand grade cells whose answer the judge refused, which
-    score 0 with that message and never run (a refused answer cannot then tamper with the others' checks)."""
+    `refused`: (index, the judge's message) of the by-hand grade cells whose answer the judge refused: they run
+    after all the others (a refused answer cannot tamper with their checks) and score 0 with that message, first
+    among their errors (what the answer met when it ran comes after)."""
     program: tuple
     cells: tuple
     refused: tuple = ()
@@ -406,9 +407,9 @@ def run_notebook(nb, limits=DEFAULT_LIMITS, trusted_names=None, hidden=(), answe
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One thing to run: a notebook cell ("cell"), a by-hand grade cell graded first ("first") or refused by the
-    judge ("refused", `source` its message), a cell of the answer program ("program", `source` at the notebook
-    cell `index`), or the reset between the two ("reset")."""
+    """One thing to run: a notebook cell ("cell"), a by-hand grade cell graded first ("first"), or after those
+    where the judge refused its answer ("refused", `source` the verdict), a cell of the answer program ("program",
+    `source` at the notebook cell `index`), or the reset between the two ("reset")."""
     kind: str
     index: int = 0
     source: str = ""
@@ -421,7 +422,8 @@ def _steps(nb, first) -> list:
     refused = dict(first.refused)
     graded_first = set(first.cells) | set(refused)
     return [*(Step("program", cell.index, cell.source) for cell in first.program),
-            *(Step("refused", i, refused[i]) if i in refused else Step("first", i) for i in first.cells),
+            *(Step("first", i) for i in first.cells if i not in refused),
+            *(Step("refused", i, refused[i]) for i in first.cells if i in refused),
             Step("reset", code[0] if code else 0), *(Step("cell", i) for i in code if i not in graded_first)]
 
 
@@ -500,15 +502,12 @@ def _run_until_a_kernel_ends(client, nb, steps, position, deadline, limits, trus
         position += 1
         remaining = deadline - time.monotonic()
         if remaining <= 0 and step.kind != "done":
-            if step.kind in ("cell", "first"):
+            if step.kind in ("cell", "first", "refused"):
                 problem = f"not run: the submission used its whole {limits.submission_seconds:g} s"
-                nb.cells[index].outputs = [error_output("SubmissionTimeLimit", problem)]
+                nb.cells[index].outputs = [*_verdict(step), error_output("SubmissionTimeLimit", problem)]
                 problems.append((index, problem))
             continue
         if step.kind == "done":
-            continue
-        if step.kind == "refused":
-            nb.cells[index].outputs = [error_output("ByHandRule", step.source)]
             continue
         client.budget(min(limits.cell_seconds, remaining))
         graded_here = trusted_names is not None and utils.is_grade(nb.cells[index])
@@ -530,12 +529,14 @@ def _run_until_a_kernel_ends(client, nb, steps, position, deadline, limits, trus
             if step.kind == "program":  # every by-hand exercise needed it: each fails with what happened
                 _program_failed(steps, position, nb, f"cell {index + 1}, which your by-hand answers need, did "
                                                      f"not run to its end when they were graded: {problem}")
-            elif step.kind == "cell" or step.kind == "first":
+            elif step.kind in ("cell", "first", "refused"):
+                nb.cells[index].outputs[:0] = _verdict(step)
                 nb.cells[index].outputs.append(error_output(name, problem))
             problems.append((index, problem))
             if step.kind == "reset":
                 replayable.clear()
             return position
+        nb.cells[index].outputs[:0] = _verdict(step)
         if step.kind == "reset":
             replayable.clear()  # a kernel started after this point runs the notebook alone, as a fresh one
         elif step.kind == "program" or (step.kind == "cell" and not utils.is_grade(nb.cells[index])):
@@ -548,13 +549,16 @@ def _run_until_a_kernel_ends(client, nb, steps, position, deadline, limits, trus
     return position
 
 
+def _verdict(step) -> list:
+    """The judge's refusal, as the first output of a refused by-hand grade cell (none for any other step)."""
+    return [error_output("ByHandRule", step.source)] if step.kind == "refused" else []
+
+
 def _program_failed(steps, position, nb, message):
     """The answer program stopped: every by-hand grade cell still to come scores 0 with `message`, ungraded."""
-    for step in steps[position:]:
-        if step.kind == "first":
-            nb.cells[step.index].outputs = [error_output("AnswerNotRun", message)]
     for i, step in enumerate(steps[position:], start=position):
-        if step.kind == "first":
+        if step.kind in ("first", "refused"):
+            nb.cells[step.index].outputs = [*_verdict(step), error_output("AnswerNotRun", message)]
             steps[i] = Step("done", step.index)
 
 
