@@ -15,7 +15,8 @@ the notebook as students receive it, Colab cell included, is the course's):
 - the instructor's grader (`autograder.grader`, its answer keys) and the course's `solutions/`;
 - every refusal of the by-hand judge (`autograder.grader.judge`), with its rule.
 
-A flag is not a verdict: the judge's refusals cost their points, the rest is there to be read.
+A flag is not a verdict: the judge's refusals cost their points, the rest is there to be read (code
+outside the by-hand answers runs nowhere they are graded).
 """
 import dataclasses
 
@@ -34,8 +35,9 @@ class Flag:
     text: str
 
 
-def scan(nb, base: judge.Baseline) -> list:
-    """The flags of a submission: what its own lines reach, and what the judge refused."""
+def scan(nb, base: judge.Baseline, examination: judge.Examination | None = None) -> list:
+    """The flags of a submission: what its own lines reach, and what the judge refused (`examination`: the
+    judge's reading of it, where it was read already)."""
     code = NotebookCode(code_cells(nb))
     reader = Reader(code)
     try:
@@ -46,7 +48,7 @@ def scan(nb, base: judge.Baseline) -> list:
         reader.findings.append(Finding(Site(0, 0, ""), "nests its code too deeply to be read", "reflection"))
     lines = judge.cell_lines(nb)
     found = [f for f in reader.findings if not f.site.cell or not base.released(f, lines)]
-    found += [verdict.finding for verdict in judge.judge(nb, base).values() if verdict.rule is not None]
+    found += [verdict.finding for verdict in (examination or judge.examine(nb, base)).verdicts.values()]
     flags = {}
     for finding in found:
         site = finding.site
