@@ -19,101 +19,32 @@ conditional that may be a module or a function, a match capture, a computed `get
 is called or read from, with a line that says what to write instead. So is what no answer needs and the
 judge cannot follow: a module outside the list, reflection, a store on a module or a library's class.
 
-The module is long (about 600 lines) because one reader types every construct of Python an answer may
-hold, and the checks of each construct read best next to the typing they depend on.
+What an answer may reach is listed in `autograder.grader.answer_rules`. The module is long (about 800
+lines) because one reader types every construct of Python an answer may hold, and the checks of each
+construct read best next to the typing they depend on.
 """
 import ast
 import builtins
 import dataclasses
-import functools
-import importlib
 import types
 
-from autograder.checks import rules as course_rules
-
-# Modules an answer may import and read (a module outside this list runs code the judge does not read).
-ANSWER_MODULES = frozenset({
-    "torch", "numpy", "math", "cmath", "random", "functools", "itertools", "operator", "collections",
-    "dataclasses", "typing", "abc", "enum", "contextlib", "warnings", "time", "statistics", "fractions",
-    "decimal", "numbers", "string", "re", "copy", "heapq", "bisect", "textwrap", "pprint", "triton", "graphviz",
-    "tqdm", "autograder"})
-# Objects of other modules an answer may use.
-ANSWER_OBJECTS = {"IPython.display.display"}
-# Parts of those modules that are reflection or that reach the grader; a private part is refused too.
-DENIED_PATHS = {
-    "operator.attrgetter": "reads attributes by computed names", "operator.methodcaller": "calls methods by "
-    "computed names", "typing.get_type_hints": "reads namespaces", "typing.get_args": "walks to classes",
-    "typing.get_origin": "walks to classes", "functools._lru_cache_wrapper": "is private",
-    "autograder.checks": "is the course's checks, not your answer", "autograder.grader": "is the instructor's "
-    "grader", "torch.overrides": "changes how torch dispatches calls", "torch.library": "registers operators",
-    "torch.utils.hooks": "reaches autograd's hooks"}
-ALLOWED_PRIVATE = {"torch.autograd._is_checkpoint_valid"}  # a public API in all but name (reentrant checkpoint)
-# Built-in functions an answer may call.
-ALLOWED_BUILTINS = frozenset({
-    "abs", "all", "any", "ascii", "bin", "bool", "bytearray", "bytes", "callable", "chr", "classmethod", "complex",
-    "dict", "divmod", "enumerate", "filter", "float", "format", "frozenset", "hasattr", "hash", "hex", "id",
-    "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max", "min", "next", "object", "oct", "ord",
-    "pow", "print", "property", "range", "repr", "reversed", "round", "set", "slice", "sorted", "staticmethod",
-    "str", "sum", "super", "tuple", "type", "zip", "aiter", "anext", "NotImplemented", "Ellipsis", "None", "True",
-    "False", "__name__", "__debug__"} | {
-    name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)})
-IPYTHON_NAMES = frozenset({"get_ipython", "In", "Out", "_oh", "_ih", "_dh", "exit", "quit", "_", "__", "___"})
-# Attributes that walk from an object to frames, code, namespaces or every class.
-DENIED_DUNDERS = frozenset({
-    "__dict__", "__globals__", "__code__", "__closure__", "__subclasses__", "__bases__", "__base__", "__mro__",
-    "__builtins__", "__getattribute__", "__getattr__", "__setattr__", "__delattr__", "__wrapped__", "__reduce__",
-    "__reduce_ex__", "__import__", "__loader__", "__spec__", "__self__", "__func__", "__defaults__",
-    "__kwdefaults__", "__module__", "__objclass__", "__subclasshook__", "__init_subclass__", "__set_name__",
-    "__class_getitem__", "__annotations__", "__traceback__", "__context__", "__cause__", "mro", "f_back",
-    "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next", "gi_frame", "gi_code", "cr_frame",
-    "ag_frame", "co_code", "co_consts", "co_names", "cell_contents"})
-# What autograd gives a Function's ctx (its fields are the learner's own).
-CTX_NAMES = frozenset({"save_for_backward", "saved_tensors", "needs_input_grad", "mark_dirty",
-                       "mark_non_differentiable", "set_materialize_grads", "saved_variables", "materialize_grads"})
-CTX_METHODS = frozenset({"forward", "backward", "setup_context", "jvp", "vjp"})
-
-
-def _public_names(*kinds) -> frozenset:
-    return frozenset(name for kind in kinds for name in dir(kind) if not name.startswith("_"))
-
-
-@functools.lru_cache(maxsize=1)
-def value_names() -> frozenset:
-    """Public attributes of the runtime types an answer's values are: what may be read on a value."""
-    import collections
-    import contextlib
-    import enum
-    import fractions
-    import re
-
-    import graphviz
-    import numpy
-    import torch
-    import tqdm
-    leaf = torch.zeros(1, requires_grad=True)
-    kinds = [torch.Tensor, torch.nn.Linear(1, 1), torch.nn.Parameter(leaf), torch.optim.SGD([leaf], lr=0.1),
-             torch.dtype,
-             torch.float32, torch.device, torch.Size, torch.Generator, torch.finfo(torch.float32),
-             torch.iinfo(torch.int32),
-             torch.autograd.function.FunctionCtx, torch.utils.data.DataLoader, torch.cuda.Event, int, float, complex,
-             bool, str, bytes, bytearray, list, tuple, dict, set, frozenset, range, slice, object, BaseException,
-             type, functools.partial, numpy.ndarray, numpy.generic, numpy.dtype, numpy.random.Generator,
-             graphviz.Digraph, graphviz.Graph, collections.deque, collections.Counter, collections.OrderedDict,
-             collections.defaultdict, contextlib.ExitStack, fractions.Fraction, re.Pattern, re.Match, tqdm.tqdm,
-             (x for x in ()), type(print), enum.Enum("Kind", "ONE").ONE]
-    return _public_names(*kinds) | CTX_NAMES
-
-
-@functools.lru_cache(maxsize=1)
-def _builtin_type_names() -> frozenset:
-    return _public_names(int, float, complex, bool, str, bytes, list, tuple, dict, set, frozenset, range, slice)
-
-
-@functools.lru_cache(maxsize=1)
-def tensor_maths_names() -> frozenset:
-    """Tensor methods that compute: refused on a value outside a kernel where all the maths is in kernels."""
-    import torch
-    return _public_names(torch.Tensor) - course_rules.TENSOR_OUTSIDE_KERNELS - _builtin_type_names()
+from autograder.grader.answer_rules import (
+    ALLOWED_BUILTINS,
+    ALLOWED_PRIVATE,
+    ANSWER_MODULES,
+    ANSWER_OBJECTS,
+    CTX_METHODS,
+    CTX_NAMES,
+    DENIED_DUNDERS,
+    DENIED_PATHS,
+    IPYTHON_NAMES,
+    canonical,
+    refused_by,
+    resolve,
+    tensor_maths_names,
+    value_names,
+)
+from autograder.grader.notebook_code import constant_getattr
 
 
 # --- what an expression is -----------------------------------------------------------------------
@@ -320,7 +251,7 @@ class AnswerReader(ast.NodeVisitor):
         """Check one of the student's statements, whole (function bodies included)."""
         self.home, self.scope, self.depth, self.in_kernel = statement, self._module_part(statement), 0, False
         self.receivers = {id(n.value) for n in ast.walk(statement.node) if isinstance(n, ast.Attribute)}
-        self.getattr_calls = {id(n.func) for n in ast.walk(statement.node) if _constant_getattr(n) is not None}
+        self.getattr_calls = {id(n.func) for n in ast.walk(statement.node) if constant_getattr(n) is not None}
         self.callees = {id(n.func) for n in ast.walk(statement.node) if isinstance(n, ast.Call)}
         try:
             self.visit(statement.node)
@@ -351,7 +282,7 @@ class AnswerReader(ast.NodeVisitor):
         for binding, where in scope.names.get(name, ()):
             found |= self._binding_types(binding, where)
         if not scope.names.get(name):
-            starred = [m for m in self.stars if _resolve(f"{m}.{name}") is not None]
+            starred = [m for m in self.stars if resolve(f"{m}.{name}") is not None]
             if starred:
                 return frozenset(t for m in starred for t in self.attribute(Mod(m), name))
             if name in IPYTHON_NAMES or name == "display":
@@ -390,12 +321,12 @@ class AnswerReader(ast.NodeVisitor):
             return frozenset({Obj(path)})
         if path.split(".")[0] not in ANSWER_MODULES:
             return frozenset({Mod(path)})  # a module an answer may not use: never imported here, refused where used
-        obj = _resolve(path)
+        obj = resolve(path)
         if isinstance(obj, types.ModuleType):
             return frozenset({Mod(obj.__name__)})
         if obj is None:
             return frozenset({VAL})  # not importable here: the import fails when it runs
-        return frozenset({Obj(_canonical(path))})
+        return frozenset({Obj(canonical(path))})
 
     def _def_types(self, node, where) -> frozenset:
         own = Own(node, where, where.course)
@@ -427,7 +358,7 @@ class AnswerReader(ast.NodeVisitor):
         if isinstance(node, ast.Attribute):
             return frozenset(t for r in self.types(node.value, scope) for t in self.attribute(r, node.attr))
         if isinstance(node, ast.Call):
-            constant = _constant_getattr(node)
+            constant = constant_getattr(node)
             if constant is not None:
                 return frozenset(t for r in self.types(constant[0], scope) for t in self.attribute(r, constant[1]))
             return frozenset(t for callee in self.types(node.func, scope) for t in self.call_result(callee))
@@ -475,10 +406,10 @@ class AnswerReader(ast.NodeVisitor):
             return frozenset({receiver})
         if isinstance(receiver, (Mod, Obj)):
             path = f"{receiver.path}.{name}"
-            obj = _resolve(path)
+            obj = resolve(path)
             if isinstance(obj, types.ModuleType):  # what is reached from the course's names is not the course's gift
                 return frozenset({Mod(obj.__name__)})
-            return frozenset({Obj(_canonical(path))}) if obj is not None else frozenset({VAL})
+            return frozenset({Obj(canonical(path))}) if obj is not None else frozenset({VAL})
         if isinstance(receiver, Own) and isinstance(receiver.node, ast.ClassDef) or isinstance(receiver, Inst):
             cls = receiver if isinstance(receiver, Own) else receiver.cls
             return self.class_attribute(cls, name, set())
@@ -503,7 +434,7 @@ class AnswerReader(ast.NodeVisitor):
                     found = self.class_attribute(kind, name, seen)
                     if found != frozenset({VAL}):
                         return found
-                elif isinstance(kind, Obj) and _resolve(f"{kind.path}.{name}") is not None:
+                elif isinstance(kind, Obj) and resolve(f"{kind.path}.{name}") is not None:
                     return frozenset({Obj(f"{kind.path}.{name}")})
         return frozenset({VAL})
 
@@ -521,7 +452,7 @@ class AnswerReader(ast.NodeVisitor):
             if (path == denied or path.startswith(denied + ".")) and not given and path not in self.given:
                 return f"uses {path}, which {why}"
         for part in self.rule_parts:
-            what = _refused_by(part, path, self.in_kernel)
+            what = refused_by(part, path, self.in_kernel)
             if what:
                 return f"{what}: {part.why}"
         return None
@@ -556,9 +487,9 @@ class AnswerReader(ast.NodeVisitor):
         if path.split(".")[0] not in ANSWER_MODULES:
             return self.report(node, f"uses {path}, which an answer may not use (code outside the answer may)",
                                "reflection")
-        if name.startswith("_") and not name.startswith("__") and _canonical(full) not in ALLOWED_PRIVATE:
+        if name.startswith("_") and not name.startswith("__") and canonical(full) not in ALLOWED_PRIVATE:
             return self.report(node, f"reaches {full}, a private part of {path.split('.')[0]}", "reflection")
-        if _resolve(full) is None and full not in ANSWER_OBJECTS:
+        if resolve(full) is None and full not in ANSWER_OBJECTS:
             self.report(node, f"reads {full}, which does not exist here", "unreadable")
 
     def _check_value_attribute(self, name, text, node):
@@ -621,7 +552,7 @@ class AnswerReader(ast.NodeVisitor):
             self.check_used(self.types(node, self.scope), node)
 
     def visit_Call(self, node):
-        constant = _constant_getattr(node)
+        constant = constant_getattr(node)
         if constant is not None:  # getattr(x, "name"): an attribute written another way
             attribute = ast.copy_location(ast.Attribute(constant[0], constant[1], ast.Load()), node)
             self.visit(attribute)
@@ -787,8 +718,8 @@ class AnswerReader(ast.NodeVisitor):
         import torch
         for base in cls.node.bases:
             for kind in self.types(base, cls.scope):
-                if isinstance(kind, Obj) and isinstance(_resolve(kind.path), type) and \
-                        issubclass(_resolve(kind.path), torch.autograd.Function):
+                if isinstance(kind, Obj) and isinstance(resolve(kind.path), type) and \
+                        issubclass(resolve(kind.path), torch.autograd.Function):
                     return True
                 if isinstance(kind, Own) and isinstance(kind.node, ast.ClassDef) and self._is_function_class(kind):
                     return True
@@ -848,15 +779,6 @@ def _data_or(found, why) -> frozenset:
     return found if all(_is_data(t) for t in found) else frozenset({Unknown(why)})
 
 
-def _constant_getattr(node):
-    """(object, name) for `getattr(obj, "name")` or `getattr(obj, "name", default)`, else None."""
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-            and len(node.args) in (2, 3) and not node.keywords and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str) and node.args[1].value.isidentifier()):
-        return node.args[0], node.args[1].value
-    return None
-
-
 def _shown(node) -> str:
     text = ast.unparse(node)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -865,84 +787,3 @@ def _shown(node) -> str:
 def _is_kernel(found) -> bool:
     return any(isinstance(t, Obj) and t.path.startswith("triton") and t.path.rsplit(".", 1)[-1] in (
         "jit", "autotune", "heuristics") for t in found)
-
-
-@functools.lru_cache(maxsize=8192)
-def _resolve(path: str):
-    """The real object a dotted path names, from a module an answer may use; None where there is none."""
-    parts = path.split(".")
-    if parts[0] not in ANSWER_MODULES and path not in ANSWER_OBJECTS and parts[0] != "IPython":
-        return None
-    try:
-        obj = importlib.import_module(parts[0])
-    except Exception:
-        return None
-    for i, part in enumerate(parts[1:], start=1):
-        found = getattr(obj, part, _MISSING)
-        if found is _MISSING and isinstance(obj, types.ModuleType):
-            try:
-                found = importlib.import_module(".".join(parts[: i + 1]))
-            except Exception:
-                return None
-        if found is _MISSING:
-            return None
-        obj = found
-    return obj
-
-
-_MISSING = object()
-
-
-@functools.lru_cache(maxsize=8192)
-def _canonical(path: str) -> str:
-    """The path through its last module's own name: `torch.nn.functional.torch.autograd` is `torch.autograd`."""
-    parts = path.split(".")
-    for i in range(len(parts), 0, -1):
-        obj = _resolve(".".join(parts[:i]))
-        if isinstance(obj, types.ModuleType):
-            return ".".join([obj.__name__, *parts[i:]])
-    return path
-
-
-def _refused_by(part, path, in_kernel) -> str | None:
-    """What one rule refuses in the object at `path` (canonical), or None."""
-    if part.kernel_maths:
-        why = _kernel_maths(path, in_kernel)
-        if why:
-            return why
-    obj = _resolve(path)
-    for refused in part.objects:
-        target = _resolve(refused)
-        if target is not None and (obj is target or (isinstance(obj, type) and isinstance(target, type)
-                                                     and issubclass(obj, target))):
-            return f"reaches {refused}"
-    if isinstance(obj, type) and issubclass(obj, BaseException):
-        return None  # an error to catch computes nothing
-    owner = getattr(obj, "__module__", None) or ""
-    for where in (path, owner if isinstance(owner, str) else ""):
-        if any(where == a or where.startswith(a + ".") for a in part.allowed):
-            continue
-        for prefix in part.modules:
-            if where == prefix or where.startswith(prefix + "."):
-                return f"reaches {prefix}" if where == owner and where != path else f"reaches {path}"
-    if "backward" in path.rsplit(".", 1)[-1] and part.no_autograd:
-        return f"reaches {path}, a backward kernel"
-    return None
-
-
-def _kernel_maths(path, in_kernel) -> str | None:
-    top = path.split(".")[0]
-    obj = _resolve(path)
-    if in_kernel:
-        if top in ("torch", "numpy") and not isinstance(obj, types.ModuleType):
-            return f"uses {path} inside a Triton kernel (a kernel computes with triton.language)"
-        return None
-    if top == "numpy":
-        return f"uses {path} outside a kernel"
-    if top != "torch" or isinstance(obj, types.ModuleType) or path in course_rules.TORCH_OUTSIDE_KERNELS:
-        return None
-    if obj is not None and type(obj).__name__ in ("dtype", "device", "layout", "memory_format"):
-        return None
-    if path.startswith("torch.Tensor.") and path.rsplit(".", 1)[-1] in course_rules.TENSOR_OUTSIDE_KERNELS:
-        return None
-    return f"uses {path} outside a kernel"

@@ -31,13 +31,15 @@ KNOWN_MODULES = frozenset({
 def lookup(path: str):
     """The real object a public dotted path names (`torch.nn.functional.silu`), or None where it does not
     exist, is private, or starts outside KNOWN_MODULES (nothing else is ever imported here)."""
-    return _lookup(path)
+    return resolve(path, KNOWN_MODULES)
 
 
-@functools.lru_cache(maxsize=4096)
-def _lookup(path: str):
+@functools.lru_cache(maxsize=8192)
+def resolve(path: str, roots: frozenset, private: bool = False):
+    """The real object a dotted path names, from a module of `roots` (nothing else is ever imported here), or
+    None where it does not exist or, unless `private`, where a part of it is private."""
     parts = path.split(".")
-    if parts[0] not in KNOWN_MODULES or any(p.startswith("_") for p in parts):
+    if parts[0] not in roots or (not private and any(p.startswith("_") for p in parts)):
         return None
     try:
         obj = importlib.import_module(parts[0])
@@ -75,14 +77,25 @@ def installed(top: str) -> bool:
     return spec is not None and any(str(spec.origin or "").startswith(place) for place in places)
 
 
-def canonical(path: str) -> str:
+@functools.lru_cache(maxsize=8192)
+def canonical(path: str, roots: frozenset = KNOWN_MODULES, private: bool = False) -> str:
     """The path through its last module's own name: `torch.nn.functional.torch.autograd` is `torch.autograd`."""
     parts = path.split(".")
     for i in range(len(parts), 0, -1):
-        obj = lookup(".".join(parts[:i]))
+        obj = resolve(".".join(parts[:i]), roots, private)
         if isinstance(obj, types.ModuleType):
             return ".".join([obj.__name__, *parts[i:]])
     return path
+
+
+def constant_getattr(node):
+    """(object, name) for `getattr(obj, "name")` or `getattr(obj, "name", default)`, else None: an attribute
+    written another way."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) in (2, 3) and not node.keywords and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str) and node.args[1].value.isidentifier()):
+        return node.args[0], node.args[1].value
+    return None
 
 
 # --- what a name or an expression stands for -------------------------------------------------------

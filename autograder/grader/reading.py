@@ -26,6 +26,7 @@ from autograder.grader.notebook_code import (
     Path,
     Scope,
     canonical,
+    constant_getattr,
     installed,
     lookup,
     magic,
@@ -176,7 +177,7 @@ class Reader(ast.NodeVisitor):
             return self.name_refs(node.id)
         if isinstance(node, ast.Attribute):
             return {r.attribute(node.attr) if isinstance(r, Path) else UNKNOWN for r in self.refs(node.value)}
-        constant = _constant_getattr(node)
+        constant = constant_getattr(node)
         if constant is not None:
             return {r.attribute(constant[1]) if isinstance(r, Path) else UNKNOWN for r in self.refs(constant[0])}
         return {UNKNOWN}
@@ -260,7 +261,7 @@ class Reader(ast.NodeVisitor):
         found = magic(node)
         if found is not None:
             return self._magic(node, *found)
-        constant = _constant_getattr(node)
+        constant = constant_getattr(node)
         if constant is not None:  # getattr(x, "name"): an attribute written another way
             return self.visit(ast.copy_location(ast.Attribute(constant[0], constant[1], ast.Load()), node))
         self.visit(node.func)
@@ -358,15 +359,6 @@ class Reader(ast.NodeVisitor):
         self._with_scope(Scope(node, self.scope), lambda: self.generic_visit(node))
 
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
-
-
-def _constant_getattr(node):
-    """(object, name) for `getattr(obj, "name")` or `getattr(obj, "name", default)`, else None."""
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-            and len(node.args) in (2, 3) and not node.keywords and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str) and node.args[1].value.isidentifier()):
-        return node.args[0], node.args[1].value
-    return None
 
 
 def _configurable(path: str) -> bool:
