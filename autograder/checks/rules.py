@@ -145,6 +145,6 @@ TENSOR_OUTSIDE_KERNELS = frozenset({
     "narrow", "select", "as_strided", "unbind", "split", "chunk", "tensor_split", "new_empty", "new_empty_strided",
     "new_zeros", "new_ones", "new_full", "to", "float", "double", "half", "bfloat16", "cpu", "cuda", "clone",
     "detach", "detach_", "copy_", "zero_", "fill_", "requires_grad", "requires_grad_", "is_floating_point",
-    "is_complex", "get_device", "is_leaf", "grad", "layout", "is_sparse", "type", "type_as", "names", "data",
+    "is_complex", "get_device", "is_leaf", "grad", "layout", "is_sparse", "type", "type_as", "data",
     "is_inference", "untyped_storage", "storage", "apply", "save_for_backward", "saved_tensors",
     "needs_input_grad", "mark_non_differentiable", "set_materialize_grads", "is_meta", "is_quantized"})
