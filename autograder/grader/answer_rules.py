@@ -73,8 +73,7 @@ def value_names() -> frozenset:
     import torch
     import tqdm
     leaf = torch.zeros(1, requires_grad=True)
-    kinds = [torch.Tensor, torch.nn.Linear(1, 1), torch.nn.Parameter(leaf), torch.optim.SGD([leaf], lr=0.1),
-             torch.dtype,
+    kinds = [torch.Tensor, torch.nn.Linear(1, 1), torch.nn.Parameter(leaf), torch.optim.SGD, torch.dtype,
              torch.float32, torch.device, torch.Size, torch.Generator, torch.finfo(torch.float32),
              torch.iinfo(torch.int32),
              torch.autograd.function.FunctionCtx, torch.utils.data.DataLoader, torch.cuda.Event, int, float, complex,
@@ -83,7 +82,8 @@ def value_names() -> frozenset:
              graphviz.Digraph, graphviz.Graph, collections.deque, collections.Counter, collections.OrderedDict,
              collections.defaultdict, contextlib.ExitStack, fractions.Fraction, re.Pattern, re.Match, tqdm.tqdm,
              (x for x in ()), type(print), enum.Enum("Kind", "ONE").ONE]
-    return _public_names(*kinds) | CTX_NAMES
+    optimizer = {"param_groups", "state", "defaults"}  # an instance's (making one imports torch._dynamo: seconds)
+    return _public_names(*kinds) | CTX_NAMES | optimizer
 
 
 @functools.lru_cache(maxsize=1)
