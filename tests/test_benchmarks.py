@@ -27,6 +27,7 @@ def test_the_grading_benchmark_survives_every_kind_of_submission():
     assert re.search(r"^speed-up: \d+\.\d\dx$", said, re.M), said
     [timed] = [line for line in said.splitlines() if line.startswith("our seconds per submission")]
     assert all(f" {kind} " in timed for kind in ("perfect", "partial", "blank", "crash", "endless")), timed
+    assert re.search(r"the workers' time on judge and flags \(summed\) +\d+\.\d s$", said, re.M), said
 
 
 def test_the_kernels_benchmark_counts_bytes_without_cuda():

@@ -37,7 +37,8 @@ CHEATS_01 = {
     "two_layer_backward": ("def two_layer_backward(x, W1, W2):\n    leaves = [t.detach().requires_grad_() for t in "
                            "(x, W1, W2)]\n    loss = ((leaves[2] @ torch.sigmoid(leaves[1] @ leaves[0])) ** 2).sum()\n"
                            "    return [m := torch.autograd][0].grad(loss, leaves)", r"line 4 "),
-    "softmax_xent_grad": ("def softmax_xent_grad(z, t):\n    out = torch.log_softmax(z, 1)\n    g = torch.zeros_like(z)\n"
+    "softmax_xent_grad": ("def softmax_xent_grad(z, t):\n    out = torch.log_softmax(z, 1)\n"
+                          "    g = torch.zeros_like(z)\n"
                           "    g[torch.arange(len(t)), t] = -1 / len(t)\n"
                           "    return torch._log_softmax_backward_data(g, out, 1, z.dtype)",
                           r"line 5 .* a private part of torch"),
@@ -47,7 +48,8 @@ REBOUND = ("def mse_by_func(W, x, y):\n    return torch.func.grad(lambda w: ((w 
 # 09: the maths outside the kernels, through a helper in a dict and through dispatch switched off.
 EMPTY_KERNEL = "@triton.jit\ndef nothing(x_ptr):\n    pass\n\n\n"
 CHEATS_09 = {
-    "silu_forward": ("import numpy as np\n" + EMPTY_KERNEL + "def numpy_silu(x):\n    y = np.asarray(x.detach().cpu())\n"
+    "silu_forward": ("import numpy as np\n" + EMPTY_KERNEL + "def numpy_silu(x):\n"
+                     "    y = np.asarray(x.detach().cpu())\n"
                      "    return y / (1 + np.exp(-y))\n\n\nhelpers = {'silu': numpy_silu}\n\n\ndef silu_forward(x):\n"
                      "    nothing[(1,)](x)\n    out = torch.empty_like(x)\n"
                      "    out.copy_(torch.from_numpy(helpers['silu'](x)))\n    return out",
@@ -59,7 +61,8 @@ CHEATS_09 = {
 }
 HONEST_09 = ANSWERS["09_kernels"]["silu_forward"].replace(
     "    x = x.contiguous()  # the kernel reads flat memory",
-    "    x = x.contiguous()  # the kernel reads flat memory\n    assert x.ravel().numel() == x.nbytes // x.dtype.itemsize\n"
+    "    x = x.contiguous()  # the kernel reads flat memory\n"
+    "    assert x.ravel().numel() == x.nbytes // x.dtype.itemsize\n"
     "    _ = x.swapaxes(0, -1) if x.dim() else x\n    if x.is_cuda:\n        torch.cuda.synchronize()")
 
 

@@ -269,7 +269,8 @@ INTRUDERS = {
         "from torch.autograd.forward_ad import dual_level, make_dual, unpack_dual\n"
         "def relu_grad(x):\n"
         "    with dual_level():\n"
-        "        return unpack_dual(torch.relu(make_dual(x, torch.ones_like(x)))).tangent", 11, "called autograd"),
+        "        return unpack_dual(torch.relu(make_dual(x, torch.ones_like(x)))).tangent", 11,
+        "called autograd|ran autograd's backward kernel"),
     # A kernel can patch the checks its notebook imported (here the guard that refuses autograd), not the
     # private copy that answers the grader's calls; here the patch, outside every answer, never even runs where
     # the by-hand exercises are graded: relu_grad is refused ("called autograd"), the rest keep their points.
@@ -396,7 +397,7 @@ EDITS = {  # student -> (how the test cells were tampered with, relu_grad answer
     "edited_test": ("edit", None, 11, "relu_grad: the locked cell was edited"),
     "deleted_test": ("delete", None, 11, "relu_grad: its cell is missing"),
     "duplicated_test": ("duplicate", GOOD, 12, "repeats 'relu_grad': only the first counts"),
-    "reordered_test": ("move_before_answer", GOOD, 11, None),
+    "reordered_test": ("move_before_answer", GOOD, 12, None),  # by hand: graded after its answer, wherever it is
     "added_grade_cell_1000_points": ("add_grade_cell", GOOD, 12, "claims to be nbgrader cell 'bonus'"),
     "test_cell_made_markdown": ("markdown", GOOD, 12, "relu_grad: turned into a markdown cell"),
     "solution_flipped_to_grade_cell": ("flip_solution", GOOD, 12, "relu_grad_solution: its nbgrader grade, points"),
@@ -792,8 +793,7 @@ def test_messages_are_capped_everywhere(graded):
 
 def test_failures_say_why(graded):
     root = graded.root
-    messages = {(r["student"], r["exercise"]): r["message"] for r in classgrade.scores(root, [NAME])}
-    said = {s: messages[(s, VICTIM)] for s in ("endless_loop_ignoring_interrupts", "os_exit", "memory_bomb",
+    said = {s: errors_of(root, s) for s in ("endless_loop_ignoring_interrupts", "os_exit", "memory_bomb",
                                                "output_flood", "wrong_type", "wrong_shape", "wrong_dtype",
                                                "wrong_device", "nan", "renamed_function")}
     assert f"stopped after {CELL_SECONDS} s" in said["endless_loop_ignoring_interrupts"]
@@ -1533,7 +1533,7 @@ def grade_through(course_01, root, outcomes, events):
     try:
         grading = classgrade._Grading(root, ClusterEvents(events), submit, recorder, outcomes_of, {NAME: source},
                                       classgrade.Phases(), tqdm.tqdm(disable=True), memory_mb=640)
-        grading.run([(("student", NAME), nb, notes, [])], classgrade.Watchdog(1e9, 1e9))
+        grading.run([(("student", NAME), nb, notes)], classgrade.Watchdog(1e9, 1e9))
     finally:
         recorder.close()
     return outcomes_of[("student", NAME)], sent, grading.stopped

@@ -137,7 +137,7 @@ ANSWER_ATTACKS = [
      "    except ValueError as e:\n        e.__traceback__.tb_frame.f_back\n    return (x > 0).to(x.dtype)",
      r"reaches \.__traceback__"),
     ("01_chain_rule", "relu_grad", "import sys\ndef relu_grad(x):\n    sys._getframe(1)\n    return x",
-     r"line 3 .* uses sys, which an answer may not use"),
+     r"line 3 .* reaches sys\._getframe, a private part of sys"),
     ("01_chain_rule", "relu_grad", "def relu_grad(x):\n    ().__class__.__base__.__subclasses__()\n    return x",
      r"reaches \.__base__"),
     ("01_chain_rule", "relu_grad", "def relu_grad(x):\n    return vars(torch)['autograd'].grad(x.sum(), x)",
@@ -305,6 +305,8 @@ HONEST_ANSWERS = [
     ("01_chain_rule", "relu_grad", "def relu_grad(x):\n    if not isinstance(x, torch.Tensor):\n"
      "        raise TypeError(f'expected a tensor, got {type(x).__name__}')\n    mask = x > 0\n"
      "    return mask.to(x.dtype) if mask.any() or x.numel() else x.new_zeros(x.shape)"),
+    ("01_chain_rule", "relu_grad", "import sys\nimport warnings\n\n\ndef relu_grad(x):\n"
+     "    warnings.warn('noisy')\n    print('chatter', file=sys.stderr)\n    return (x > 0).to(x.dtype)"),
     ("01_chain_rule", "relu_grad", "import collections\nimport functools\nimport math\n\n\n"
      "@functools.lru_cache(maxsize=None)\ndef zero():\n    return 0.0\n\n\n"
      "Slope = collections.namedtuple('Slope', 'below above')\n\n\n"
@@ -349,7 +351,7 @@ def test_the_released_cells_are_the_courses_even_where_a_student_adds_to_them():
     assert judge.judge(nb, judge.baseline(ROOT, "01_chain_rule")) == {}  # outside every answer
     found = verdicts("01_chain_rule", {"relu_grad": "import sys\ndef relu_grad(x):\n"
                                                      "    return sys.modules['torch'].autograd.grad(x.sum(), x)"})
-    assert "uses sys, which an answer may not use" in found["relu_grad"].message()
+    assert "reaches sys.modules, a part of the interpreter" in found["relu_grad"].message()
 
 
 @pytest.mark.parametrize("name", course.assignment_names())

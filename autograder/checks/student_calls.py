@@ -293,7 +293,7 @@ def call_student(exercise, fn, *args, names=None, time_limit=20.0, no_autograd=F
     except NotImplementedError:
         fail(exercise, "not implemented yet: replace `raise NotImplementedError` with your code")
     except _UsedAutograd as used:
-        fail(exercise, f"{used or 'called autograd (backward, torch.autograd.grad or torch.func)'}; "
+        fail(exercise, f"{str(used) or 'called autograd (backward, torch.autograd.grad or torch.func)'}; "
                         "this exercise asks you to compute the derivative yourself", inputs)
     except UsedAnswerKey as used:
         fail(exercise, f"called {used}: write your own implementation", inputs)

@@ -38,6 +38,7 @@ from autograder.grader.answer_rules import (
     DENIED_DUNDERS,
     DENIED_PATHS,
     IPYTHON_NAMES,
+    SYS_PARTS,
     canonical,
     refused_by,
     resolve,
@@ -489,6 +490,9 @@ class AnswerReader(ast.NodeVisitor):
                                "reflection")
         if name.startswith("_") and not name.startswith("__") and canonical(full) not in ALLOWED_PRIVATE:
             return self.report(node, f"reaches {full}, a private part of {path.split('.')[0]}", "reflection")
+        if path == "sys" and name not in SYS_PARTS:
+            return self.report(node, f"reaches sys.{name}, a part of the interpreter an answer may not reach (it "
+                                     f"may read sys.{', sys.'.join(sorted(SYS_PARTS))})", "reflection")
         if resolve(full) is None and full not in ANSWER_OBJECTS:
             self.report(node, f"reads {full}, which does not exist here", "unreadable")
 

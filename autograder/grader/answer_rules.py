@@ -17,7 +17,10 @@ ANSWER_MODULES = frozenset({
     "torch", "numpy", "math", "cmath", "random", "functools", "itertools", "operator", "collections",
     "dataclasses", "typing", "abc", "enum", "contextlib", "warnings", "time", "statistics", "fractions",
     "decimal", "numbers", "string", "re", "copy", "heapq", "bisect", "textwrap", "pprint", "triton", "graphviz",
-    "tqdm", "autograder"})
+    "tqdm", "autograder", "sys"})
+# What of `sys` an answer may read (printing to stderr, a float's limits); the rest of it is the interpreter's.
+SYS_PARTS = frozenset({"stdout", "stderr", "maxsize", "float_info", "int_info", "version_info", "version",
+                       "hexversion", "platform", "byteorder", "getrecursionlimit", "exc_info"})
 # Objects of other modules an answer may use.
 ANSWER_OBJECTS = {"IPython.display.display"}
 # Parts of those modules that are reflection or that reach the grader; a private part is refused too.
