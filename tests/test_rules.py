@@ -8,6 +8,13 @@ import torch
 from autograder.checks import kernel_guard, rules
 from autograder.grader import answer_rules, judge
 
+def _viewed_under(mode, x):
+    """A launcher's use of a grad mode: a `with` block, left as it was entered (a mode left on would switch autograd
+    off for every later test in this worker)."""
+    with mode():
+        return x.view(-1)
+
+
 # A call of each allowed torch function and Tensor attribute, as a learner's launcher would make it on `x`.
 TORCH_CALLS = {
     "torch.empty": lambda x: torch.empty(3), "torch.empty_like": lambda x: torch.empty_like(x),
@@ -18,8 +25,9 @@ TORCH_CALLS = {
     "torch.is_tensor": lambda x: torch.is_tensor(x), "torch.finfo": lambda x: torch.finfo(x.dtype).eps,
     "torch.iinfo": lambda x: torch.iinfo(torch.int32).max,
     "torch.get_default_dtype": lambda x: torch.get_default_dtype(), "torch.device": lambda x: torch.device("cpu"),
-    "torch.Tensor": lambda x: isinstance(x, torch.Tensor), "torch.no_grad": lambda x: torch.no_grad().__enter__(),
-    "torch.enable_grad": lambda x: torch.enable_grad(), "torch.inference_mode": lambda x: torch.inference_mode(),
+    "torch.Tensor": lambda x: isinstance(x, torch.Tensor), "torch.no_grad": lambda x: _viewed_under(torch.no_grad, x),
+    "torch.enable_grad": lambda x: _viewed_under(torch.enable_grad, x),
+    "torch.inference_mode": lambda x: _viewed_under(torch.inference_mode, x),
     "torch.autograd.Function": lambda x: torch.autograd.Function,
     "torch.autograd.function.once_differentiable": lambda x: torch.autograd.function.once_differentiable,
     "torch.autograd.function.FunctionCtx": lambda x: torch.autograd.function.FunctionCtx,
@@ -89,6 +97,7 @@ def test_what_the_judge_allows_outside_a_kernel_the_kernel_guard_allows(name):
     call = TORCH_CALLS.get(name) or TENSOR_CALLS.get(name) or (lambda x: getattr(x.clone(), name))
     guard, _ = _guarded(call)
     assert guard.refused is None and guard.outside is None, (name, guard.refused, guard.outside)
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled(), f"{name}'s call left a grad mode on"
 
 
 @pytest.mark.parametrize("name", ["sum", "exp", "sigmoid", "mul", "amax", "softmax", "matmul", "rsqrt", "where"])
