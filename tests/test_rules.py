@@ -8,6 +8,7 @@ import torch
 from autograder.checks import kernel_guard, rules
 from autograder.grader import answer_rules, judge
 
+
 def _viewed_under(mode, x):
     """A launcher's use of a grad mode: a `with` block, left as it was entered (a mode left on would switch autograd
     off for every later test in this worker)."""
