@@ -15,6 +15,7 @@ import yaml
 from mutants import nb07_by_hand as catalogue
 from torch import nn
 
+from autograder import checks
 from autograder.checks import GradingError
 from autograder.checks import nb07_by_hand as bh
 from autograder.checks.nb07_by_hand import steps
@@ -143,13 +144,37 @@ def test_steps_cases_have_what_the_hidden_tests_promise(device):
     assert bh.steps_case(6, 4, seed=2, dtype=torch.float32, device=device)["x"].dtype == torch.float32
 
 
-def test_the_eps_hint_names_the_columns_near_eps():
-    """Leaving eps out of r's derivative changes only columns whose variance is near eps; those are named."""
+def test_the_eps_hints_name_eps_left_out_or_written_in():
+    """Leaving eps out of r's derivative changes only columns whose variance is near eps: named as eps left
+    out. A number written in for eps (Karpathy's `(var + 1e-5) ** -1.5`) is right where the layer's eps is
+    1e-5 and named where it is not, as is the fused function's eps argument ignored, within the first 500
+    characters (what class grading keeps)."""
     with pytest.raises(GradingError) as err:
         bh.check_batchnorm_steps("batchnorm_steps_backward", catalogue.st_eps_left_out,
                                  [bh.steps_case(5, 5, seed=3, tiny=(0, 3), device="cpu")])
-    assert "dvar is wrong" in str(err.value)
-    assert "only the columns whose variance is near eps ([0, 3])" in str(err.value)
+    assert str(err.value).startswith("batchnorm_steps_backward: dvar is wrong: its values differ from autograd's "
+                                     "gradient of var\n  hint: dvar leaves eps out")
+    bh.check_batchnorm_steps("batchnorm_steps_backward", catalogue.st_typed_eps,
+                             [bh.steps_case(5, 5, seed=3, tiny=(0, 3), device="cpu")])
+    for eps, shown in [(1e-3, "1e-3"), (0.1, "0.1")]:
+        with pytest.raises(GradingError) as err:
+            bh.check_batchnorm_steps("batchnorm_steps_backward", catalogue.st_typed_eps,
+                                     [bh.steps_case(5, 3, seed=4, eps=eps, device="cpu")])
+        assert f"hint: your answer uses eps = 1e-5 where the layer's eps is {shown}" in str(err.value)[:500]
+    with pytest.raises(GradingError) as err:
+        bh.check_batchnorm_backward("batchnorm_backward", catalogue.bn_typed_eps,
+                                    [bh.batchnorm_case(9, 5, seed=33, tiny=(4,), eps=1e-3, device="cpu")])
+    assert "your answer uses eps = 1e-5 where the layer's eps is 1e-3" in str(err.value)[:500]
+
+
+def test_a_steps_answer_that_reads_a_global_eps_is_told_it_is_not_an_argument():
+    def uses_eps(dout, cache, gamma):
+        return {"dvar": -0.5 * (cache["var"] + eps) ** -1.5}  # noqa: F821 - the slip: no eps here
+
+    with pytest.raises(GradingError) as err:
+        bh.check_batchnorm_steps("batchnorm_steps_backward", uses_eps, [bh.steps_case(5, 3, seed=4, device="cpu")])
+    assert "raised NameError: name 'eps' is not defined" in str(err.value)
+    assert "hint: eps is not an argument of batchnorm_steps_backward" in str(err.value)
 
 
 def test_references_are_pytorchs(device):
@@ -242,11 +267,13 @@ def cases(device):
         "batchnorm_steps_backward": (bh.check_batchnorm_steps,
                                      [bh.steps_case(6, 4, seed=1, device=device),
                                       bh.steps_case(1, 3, seed=2, device=device),
-                                      bh.steps_case(5, 5, seed=3, tiny=(0, 3), device=device)]),
+                                      bh.steps_case(5, 5, seed=3, tiny=(0, 3), device=device),
+                                      bh.steps_case(5, 3, seed=4, eps=1e-3, device=device)]),
         "batchnorm_backward": (bh.check_batchnorm_backward,
                                [bh.batchnorm_case(6, 4, seed=1, device=device),
                                 bh.batchnorm_case(5, 5, seed=2, device=device),
-                                bh.batchnorm_case(9, 3, seed=3, tiny=(0, 2), device=device)]),
+                                bh.batchnorm_case(9, 3, seed=3, tiny=(0, 2), device=device),
+                                bh.batchnorm_case(7, 4, seed=4, eps=0.1, device=device)]),
         "batchnorm_update_running": (bh.check_running,
                                      [bh.running_case((6, 4), 0.3, seed=1, device=device),
                                       bh.running_case((3, 4, 5), 0.2, seed=2, device=device)]),
@@ -258,8 +285,8 @@ def cases(device):
     }
 
 
-RIGHT = ["st_keepdim", "bn_op_by_op", "bn_means", "emb_one_hot", "emb_index_put", "emb_loop", "emb_scatter_add",
-         "run_lerp", "run_sums", "mb_op_by_op", "tbh_rebinds_entries", "tbh_sub_alpha"]
+RIGHT = ["st_keepdim", "st_eps_from_cache", "bn_op_by_op", "bn_means", "emb_one_hot", "emb_index_put", "emb_loop",
+         "emb_scatter_add", "run_lerp", "run_sums", "mb_op_by_op", "tbh_rebinds_entries", "tbh_sub_alpha"]
 
 
 def name_of(entry):
@@ -279,7 +306,9 @@ SLIPS = {
     "st_no_mean_path": "dx holds only the path through c",
     "st_mean_path_not_divided": "the path through mean is N = 6 times too large",
     "st_power_factor": "dvar is wrong: its values differ from autograd's gradient of var",
-    "st_eps_left_out": "such as eps left out",
+    "st_eps_left_out": "dvar leaves eps out",
+    "st_typed_eps": "dvar is wrong: its values differ from autograd's gradient of var\n  hint: your answer uses eps = "
+                    "1e-5 where the layer's eps is 1e-3",
     "st_dsq_not_divided": "dsq is wrong: its values differ",
     "st_dsq_unbiased": "N/(N - 1) times too large",
     "st_dmean_sign": "its sign is flipped",
@@ -296,6 +325,8 @@ SLIPS = {
     "bn_swapped": "swapped",
     "bn_eps_outside": "eps in another place",
     "bn_no_gamma": "lacks the factor gamma",
+    "bn_typed_eps": "wrong values in dx\n  hint: your answer uses eps = 1e-5 where the layer's eps is 0.1: use the eps "
+                    "argument",
     "bn_calls_f_batch_norm": "called torch.nn.functional.batch_norm",
     "bn_autograd": "called autograd",
     "bn_aten_kernel": "backward kernel aten::native_batch_norm_backward",
@@ -612,3 +643,43 @@ def test_quiz_short_answers_and_snippets_are_computed():
         with pytest.raises(GradingError, match="the loss of step 1 "):
             bh.check_train_by_hand("train_by_hand", getattr(catalogue, entry),
                                    [bh.training_case(7, 2, 3, 5, 6, 2, 4, 0.3, seed=1, device="cpu")])
+
+
+# --- messages (issue 37): the input an answer raised on, NaN named, the dtype compared -------------------------
+def test_an_answer_that_raises_is_shown_the_input_it_raised_on():
+    def crashes(dout, x, gamma, eps=1e-5):
+        return dout @ x  # (N, C) @ (N, C)
+
+    with pytest.raises(GradingError) as err:
+        bh.check_batchnorm_backward("batchnorm_backward", crashes, [bh.batchnorm_case(6, 4, seed=1, device="cpu")])
+    first, rest = str(err.value).split("\n", 1)
+    assert first.startswith("batchnorm_backward: raised RuntimeError")
+    assert rest.startswith("  on input:\n    dout = tensor(shape=(6, 4)") and "eps = 1e-05" in rest
+    with pytest.raises(GradingError) as err:  # an unimplemented answer needs no input
+        bh.check_batchnorm_backward("batchnorm_backward", lambda *a: exec("raise NotImplementedError"),
+                                    [bh.batchnorm_case(6, 4, seed=1, device="cpu")])
+    assert "not implemented yet" in str(err.value) and "on input" not in str(err.value)
+
+
+def test_a_nan_is_named_where_it_is_and_never_as_an_error_of_zero():
+    """A batch of one through `dsq = dvar / (N - 1)`: 0 / 0 in every entry of dsq."""
+    with pytest.raises(GradingError) as err:
+        bh.check_batchnorm_steps("batchnorm_steps_backward", catalogue.st_dsq_unbiased,
+                                 [bh.steps_case(1, 4, seed=81, device="cpu")])
+    text = str(err.value)
+    assert "dsq holds NaN or inf where autograd's is finite: in a batch of one, a division by N - 1" in text[:500]
+    assert "NaN where the reference is a number: 4 elements, the first at index (0, 0)" in text
+    assert "max abs error 0" not in text and "max rel error 0" not in text and "near eps" not in text
+    one = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    with pytest.raises(GradingError) as err:
+        checks.expect_close("ex", torch.tensor([1.0, float("nan"), 3.5], dtype=torch.float64), one)
+    assert ("2 of 3 elements differ:\n    NaN where the reference is a number: 1 element, the first at index (1,)\n"
+            "    1 finite element off: max abs error 0.5") in str(err.value)
+
+
+def test_a_float32_answer_compared_in_float64_names_float32():
+    with pytest.raises(GradingError) as err:
+        bh.check_batchnorm_backward("batchnorm_backward", catalogue.bn_one_pass_variance,
+                                    [bh.batchnorm_case(16, 5, seed=26, large_mean=True, device="cpu")],
+                                    stress="float32-large-mean")
+    assert "rtol=0 for torch.float32)" in str(err.value) and "torch.float64" not in str(err.value)

@@ -44,3 +44,19 @@ def test_the_leak_check_finds_hidden_tests_in_an_unfiltered_page(tmp_path):
     page.write_text(HTMLExporter().from_notebook_node(solution)[0])
     secrets = hidden_lines(solution, course.read(course.release_path(name)))
     assert [line for line in secrets if line in page_text(page)]
+
+
+def test_failure_kinds_blank_numbers_but_keep_the_digits_of_names():
+    """reports/failure_kinds.csv counts alike failures once: the values blanked, the names kept whole, so "the
+    gradient of b1" and "the gradient of W2" stay two kinds (issue 37: both read "b#", "W#")."""
+    from autograder.grader.report import message_kind
+
+    kinds = [message_kind(m) for m in (
+        "manual_backward: wrong values in the gradient of b1\n  on input: ...",
+        "manual_backward: wrong values in the gradient of b1 at index (3, 0): 0.25 against -1.5e-05",
+        "manual_backward: wrong values in the gradient of W2",
+        "steps: dsq has dtype torch.float64, expected torch.float32 (N = 6, eps = 1e-05, .5)")]
+    assert kinds == ["manual_backward: wrong values in the gradient of b1",
+                     "manual_backward: wrong values in the gradient of b1 at index (#, #): # against #",
+                     "manual_backward: wrong values in the gradient of W2",
+                     "steps: dsq has dtype torch.float64, expected torch.float32 (N = #, eps = #, #)"]

@@ -64,6 +64,17 @@ def fail(exercise, what, inputs=None, details=""):
     raise GradingError(message)
 
 
+def with_inputs(error: GradingError, inputs) -> GradingError:
+    """`error` with the input it happened on, where its message shows none: a call whose arguments the
+    check's own closure holds (``call_student(exercise, run)``) fails without them, and a learner whose
+    function raised needs to see what it raised on. An unimplemented answer needs no input."""
+    text = str(error)
+    if not inputs or "\n  on input:\n" in text or "not implemented yet" in text.split("\n", 1)[0]:
+        return error
+    first, _, rest = text.partition("\n")
+    return GradingError(f"{first}\n  on input:\n{describe_inputs(inputs)}" + (f"\n{rest}" if rest else ""))
+
+
 def check_meta(exercise, name, got, expected, inputs):
     """Fail unless `got` is a tensor of `expected`'s shape, dtype and device."""
     if not isinstance(got, torch.Tensor):
@@ -76,7 +87,20 @@ def check_meta(exercise, name, got, expected, inputs):
         fail(exercise, f"{name} is on device {got.device}, expected {expected.device}", inputs)
 
 
-def _check_values(exercise, name, got, expected, inputs, rtol, atol):
+def _non_finite_words(got_d, exp_d, bad) -> list:
+    """What the wrong elements that are NaN or inf on one side say: how many, and the first, by index."""
+    nan_got, nan_exp, inf_got = torch.isnan(got_d), torch.isnan(exp_d), torch.isinf(got_d)
+    found = []
+    for where, what in ((nan_got & ~nan_exp, "NaN where the reference is a number"),
+                        (nan_exp & ~nan_got, "a number where the reference is NaN"),
+                        (bad & inf_got & ~nan_exp, "an infinity where the reference holds another value")):
+        if where.any():
+            count, first = int(where.sum()), tuple(int(i) for i in where.nonzero()[0])
+            found.append(f"{what}: {count} element{'s' if count > 1 else ''}, the first at index {first}")
+    return found
+
+
+def _check_values(exercise, name, got, expected, inputs, rtol, atol, dtype=None):
     got_d, exp_d = got.detach().double(), expected.detach().double()
     nan_got, nan_exp = torch.isnan(got_d), torch.isnan(exp_d)
     error = (got_d - exp_d).abs()
@@ -86,15 +110,25 @@ def _check_values(exercise, name, got, expected, inputs, rtol, atol):
     if not bad.any():
         return
     first = tuple(int(i) for i in bad.nonzero()[0])
-    finite = ~(nan_got | nan_exp)
-    max_abs = error[finite].max().item() if finite.any() else float("nan")
-    relative = finite & (exp_d != 0)  # an error relative to an exact 0 says nothing
-    max_rel = f"{(error / exp_d.abs())[relative].max().item():.3g}" if relative.any() else "n/a"
-    details = (
-        f"  first mismatch at index {first}: expected {exp_d[first].item():.6g}, got {got_d[first].item():.6g}\n"
-        f"  {int(bad.sum())} of {bad.numel()} elements differ; max abs error {max_abs:.3g}, "
-        f"max rel error {max_rel} (allowed: atol={atol:g}, rtol={rtol:g} for {expected.dtype})"
-    )
+    off = bad & torch.isfinite(got_d) & torch.isfinite(exp_d)  # differ as numbers: the errors are measured there
+    non_finite = _non_finite_words(got_d, exp_d, bad)
+    allowed = f"allowed: atol={atol:g}, rtol={rtol:g} for {dtype or expected.dtype}"
+    lines = [f"  first mismatch at index {first}: expected {exp_d[first].item():.6g}, got {got_d[first].item():.6g}"]
+    count, numbers = f"  {int(bad.sum())} of {bad.numel()} elements differ", ""
+    if off.any():
+        relative = off & (exp_d != 0)  # an error relative to an exact 0 says nothing
+        max_rel = f"{(error / exp_d.abs())[relative].max().item():.3g}" if relative.any() else "n/a"
+        numbers = f"max abs error {error[off].max().item():.3g}, max rel error {max_rel} ({allowed})"
+    if not non_finite:  # every wrong element is a number
+        lines.append(f"{count}; {numbers}")
+    else:  # a NaN or an infinity has no error to measure: say where it is, and measure the rest
+        lines += [f"{count}:", *(f"    {words}" for words in non_finite)]
+        off_count = int(off.sum())
+        if off_count:
+            lines.append(f"    {off_count} finite element{'s' if off_count > 1 else ''} off: {numbers}")
+        elif int(bad.sum()) < bad.numel():
+            lines.append(f"    every other element is within tolerance ({allowed})")
+    details = "\n".join(lines)
     if nan_got.any() and not nan_exp.any():
         details += ("\n  your result contains NaN where the reference has none: look for inf / inf, inf - inf or "
                     "0 * inf in an intermediate (exp of a large number overflows to inf)")
@@ -103,10 +137,12 @@ def _check_values(exercise, name, got, expected, inputs, rtol, atol):
     fail(exercise, f"wrong values in {name}", inputs, details)
 
 
-def expect_close(exercise, got, expected, *, inputs=None, names=None, rtol=None, atol=None):
+def expect_close(exercise, got, expected, *, inputs=None, names=None, rtol=None, atol=None, dtype=None):
     """Check type, shape, dtype and device, then values with tolerances chosen by dtype.
 
-    `expected` is a tensor or a tuple of tensors; `names` labels the parts of a tuple.
+    `expected` is a tensor or a tuple of tensors; `names` labels the parts of a tuple. `dtype`: the dtype the
+    answer computed in, which the message names beside the tolerance, where the caller compares it in another
+    (a float32 answer cast to float64 to meet a float64 reference); by default `expected`'s.
     """
     if isinstance(expected, torch.Tensor):
         parts_got, parts_exp, names = [got], [expected], names or ["the result"]
@@ -121,4 +157,4 @@ def expect_close(exercise, got, expected, *, inputs=None, names=None, rtol=None,
         check_meta(exercise, name, g, e, inputs)
         default_rtol, default_atol = TOLERANCES.get(e.dtype, (0.0, 0.0))
         _check_values(exercise, name, g, e, inputs,
-                      default_rtol if rtol is None else rtol, default_atol if atol is None else atol)
+                      default_rtol if rtol is None else rtol, default_atol if atol is None else atol, dtype)

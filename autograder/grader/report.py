@@ -35,11 +35,17 @@ def safe_text(value):
     return "'" + value if value[:1] in ("=", "+", "-", "@", "\t") else value
 
 
+# A number in a message's text, its sign and exponent included: not the digits of a name (b1, W2, float64,
+# nb07_by_hand, x_2), which tell one failure from another, nor those after a dot of a dotted name.
+_NUMBER = re.compile(r"(?<![\w.])-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
+
+
 def message_kind(message: str) -> str:
-    """A failure message with its numbers and quoted values blanked, for counting alike failures (storable: it
-    labels a plot too)."""
+    """A failure message with its numbers blanked, for counting alike failures: "wrong values in the gradient of
+    b1 ... 0.25" and "... 3e-05" are one kind, "the gradient of b1" and "of b2" are two (storable: it labels
+    a plot too)."""
     first = storable(message).splitlines()[0] if message else ""
-    return re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "#", first)[:120]
+    return _NUMBER.sub("#", first)[:120]
 
 
 def write_csv(rows: list, path: pathlib.Path, fields=FIELDS) -> None:

@@ -88,6 +88,17 @@ def bn_eps_outside(dout, x, gamma, eps=1e-5):
     return gamma * rstd / N * (N * dout - dbeta - x_hat * dgamma), dgamma, dbeta
 
 
+@wrong_("batchnorm_backward", "ignores the eps argument: 1e-5 written in", says="your answer uses eps = 1e-5 where "
+        "the layer's eps is")
+def bn_typed_eps(dout, x, gamma, eps=1e-5):
+    N = x.shape[0]
+    mean = x.mean(0)
+    rstd = (((x - mean) ** 2).mean(0) + 1e-5) ** -0.5
+    x_hat = (x - mean) * rstd
+    dbeta, dgamma = dout.sum(0), (dout * x_hat).sum(0)
+    return gamma * rstd / N * (N * dout - dbeta - x_hat * dgamma), dgamma, dbeta
+
+
 @wrong_("batchnorm_backward", "dx without the factor gamma")
 def bn_no_gamma(dout, x, gamma, eps=1e-5):
     N = x.shape[0]
@@ -155,14 +166,17 @@ def bn_means(dout, x, gamma, eps=1e-5):
 
 # batchnorm_steps_backward(dout, cache, gamma) -------------------------------------------------------------
 def _lines(dout, cache, gamma, *, gamma_factor=True, sum_dr=True, half=True, eps_in_r=True, divide_sq=1,
-           sq_path=True, mean_sign=-1, mean_path=True, divide_mean=True):
-    """BatchNorm's backward line by line, with switches that turn one line into a learner's slip."""
+           sq_path=True, mean_sign=-1, mean_path=True, divide_mean=True, typed_eps=None):
+    """BatchNorm's backward line by line, with switches that turn one line into a learner's slip
+    (`typed_eps`: r's derivative written with that number for eps, `(var + 1e-5) ** -1.5`)."""
     N = dout.shape[0]
     c, r, x_hat = cache["c"], cache["rstd"], cache["x_hat"]
     g = {"dbeta": dout.sum(0), "dgamma": (dout * x_hat).sum(0)}
     g["dx_hat"] = dout * gamma if gamma_factor else dout
     g["drstd"] = (g["dx_hat"] * c).sum(0) if sum_dr else g["dx_hat"] * c
     power = r ** 3 if eps_in_r else cache["var"] ** -1.5
+    if typed_eps is not None:
+        power = (cache["var"] + typed_eps) ** -1.5
     g["dvar"] = (-0.5 if half else -1.0) * power * g["drstd"]
     g["dsq"] = g["dvar"].expand_as(c) / (N if divide_sq == 1 else N - 1 if divide_sq == "N - 1" else 1)
     g["dc"] = g["dx_hat"] * r + (2 * c * g["dsq"] if sq_path else 0)
@@ -200,10 +214,17 @@ def st_power_factor(dout, cache, gamma):
 
 
 @wrong_("batchnorm_steps_backward", "dvar from var ** -1.5: eps left out of r's derivative",
-        says="such as eps left out")
+        says="dvar leaves eps out")
 def st_eps_left_out(dout, cache, gamma):
     from mutants.nb07_by_hand import _lines
     return _lines(dout, cache, gamma, eps_in_r=False)
+
+
+@wrong_("batchnorm_steps_backward", "dvar = -0.5 * (var + 1e-5) ** -1.5 * drstd: eps written in as Karpathy's "
+        "lecture does, not the layer's", says="your answer uses eps = 1e-5 where the layer's eps is")
+def st_typed_eps(dout, cache, gamma):
+    from mutants.nb07_by_hand import _lines
+    return _lines(dout, cache, gamma, typed_eps=1e-5)
 
 
 @wrong_("batchnorm_steps_backward", "dsq = dvar in every row: the mean's 1/N forgotten", says="times too large: a mean "
@@ -255,6 +276,21 @@ def st_autograd(dout, cache, gamma):
     values = [beta, gamma, x_hat, r, var, sq, c, mean, x]
     grads = torch.autograd.grad(gamma * x_hat + beta, values, dout)
     return dict(zip(["dbeta", "dgamma", "dx_hat", "drstd", "dvar", "dsq", "dc", "dmean", "dx"], grads))
+
+
+@right_("batchnorm_steps_backward", "(var + eps) ** -1.5, with eps read back from the cache: rstd ** -2 - var")
+def st_eps_from_cache(dout, cache, gamma):
+    N = dout.shape[0]
+    c, var, rstd, x_hat = cache["c"], cache["var"], cache["rstd"], cache["x_hat"]
+    eps = rstd ** -2 - var  # rstd = (var + eps) ** -0.5
+    dx_hat = dout * gamma
+    drstd = (dx_hat * c).sum(0)
+    dvar = -0.5 * (var + eps) ** -1.5 * drstd
+    dsq = (dvar / N).expand_as(c)
+    dc = dx_hat * rstd + 2 * c * dsq
+    dmean = -dc.sum(0)
+    return {"dbeta": dout.sum(0), "dgamma": (dout * x_hat).sum(0), "dx_hat": dx_hat, "drstd": drstd, "dvar": dvar,
+            "dsq": dsq, "dc": dc, "dmean": dmean, "dx": dc + dmean / N}
 
 
 @right_("batchnorm_steps_backward", "with x_hat, keepdim=True columns and torch.ones_like, squeezed at the end")

@@ -13,7 +13,15 @@ from autograder import checks
 from autograder.checks import battery
 from autograder.checks.nb07_by_hand.calls import guarded, stressed_case
 from autograder.checks.nb07_by_hand.model import EPS, bn_forward
-from autograder.checks.nb07_by_hand.verdicts import CLOSE, autograd_grads, check_form, expect_close_with_hint, matches
+from autograder.checks.nb07_by_hand.verdicts import (
+    CLOSE,
+    autograd_grads,
+    check_form,
+    eps_text,
+    expect_close_with_hint,
+    matches,
+    typed_eps,
+)
 from autograder.learner import inputs
 from autograder.learner.device import get_device
 
@@ -78,6 +86,11 @@ def _batchnorm_hint(got, expected, case):
     if matches(dx, expected[0] / case["gamma"]):
         return "dx lacks the factor gamma: the output is gamma * x_hat + beta"
     if isinstance(dx, torch.Tensor) and dx.shape == expected[0].shape and dx.device == expected[0].device:
+        eps = typed_eps(dx, case, lambda eps: bn_grads(case["dout"], case["x"], case["gamma"], eps, None)[0],
+                        left_out=False)  # eps left out is a slip of its own, "no eps"
+        if eps is not None:
+            return (f"your answer uses eps = {eps_text(eps)} where the layer's eps is {eps_text(case['eps'])}: use "
+                    "the eps argument, which the tests vary, not a number written in")
         wrong = ~torch.isclose(dx.double(), expected[0].double(), **CLOSE).all(0)
         small = case["x"].var(0, unbiased=False) < 100 * case["eps"]
         if wrong.any() and bool(small[wrong].all()):
@@ -108,7 +121,7 @@ def _check_in_float32(exercise, fn, case):
     check_form(exercise, got, tuple(t.float() for t in reference), case, names)
     for name, g, e in zip(names, got, reference):
         checks.expect_close(exercise, g.double(), e, inputs=case, names=[name], rtol=0.0,
-                            atol=FLOAT32_SHARE * float(e.abs().max()))
+                            atol=FLOAT32_SHARE * float(e.abs().max()), dtype=g.dtype)  # the answer's dtype, named
 
 
 def check_batchnorm_backward(exercise, fn, cases, stress=None, what="dout"):

@@ -22,6 +22,7 @@ import torch
 
 from autograder import checks
 from autograder.checks import GradingError, battery
+from autograder.checks.compare import with_inputs
 from autograder.checks.nb07_by_hand.rules import BY_HAND
 from autograder.checks.op_watch import OpWatch
 from autograder.checks.rules import guards_of
@@ -44,7 +45,8 @@ def guarded(exercise, fn, args, shown, driver=None):
     """`fn(*args)` (or `driver(fn, *args)`) by hand: through `call_student` with autograd refused,
     under `torch.no_grad()` (no graph is recorded, so no node's backward can be called directly),
     `F.batch_norm` and `nn.BatchNorm1d` forbidden, and no ATen BatchNorm or backward kernel allowed,
-    however reached. The answer gets private copies: nothing it does to them reaches the caller."""
+    however reached. The answer gets private copies: nothing it does to them reaches the caller. A failure
+    of the call (the answer raised, ran too long, asked autograd) names the input `shown`."""
     private = private_copies(list(args))
 
     def run():
@@ -58,7 +60,10 @@ def guarded(exercise, fn, args, shown, driver=None):
                                f"{checks.describe_inputs(shown)}")
         return result
 
-    return checks.call_student(exercise, run, **guards_of(BY_HAND, exercise))
+    try:
+        return checks.call_student(exercise, run, **guards_of(BY_HAND, exercise))
+    except GradingError as err:  # `run` holds the arguments, so call_student saw none: name them
+        raise with_inputs(err, shown) from None
 
 
 LAYOUTS = {"non-contiguous": battery.non_contiguous,

@@ -15,7 +15,7 @@ from autograder.checks import GradingError, battery
 from autograder.checks.nb07_by_hand.batchnorm import batchnorm_case
 from autograder.checks.nb07_by_hand.calls import guarded, stressed_case
 from autograder.checks.nb07_by_hand.model import EPS
-from autograder.checks.nb07_by_hand.verdicts import CLOSE, autograd_grads, form_problem, matches
+from autograder.checks.nb07_by_hand.verdicts import CLOSE, autograd_grads, eps_text, form_problem, matches, typed_eps
 
 # The gradients the answer returns, in the order backward reaches them, and the value each one is of.
 STEP_GRADS = ("dbeta", "dgamma", "dx_hat", "drstd", "dvar", "dsq", "dc", "dmean", "dx")
@@ -35,6 +35,10 @@ def batchnorm_steps(x, gamma, beta, eps=EPS):
     y = gamma * x_hat + beta      # (N, C)
     return y, {"x": x, "mean": mean, "c": c, "sq": sq, "var": var, "rstd": rstd, "x_hat": x_hat}
 
+
+NO_EPS_ARGUMENT = ("eps is not an argument of batchnorm_steps_backward: batchnorm_steps made the cache's rstd = "
+                   "(var + eps) ** -0.5 with the layer's eps, and the tests use several; every line can be written "
+                   "from the cache")
 
 steps_case = batchnorm_case  # the same inputs as the fused batchnorm_backward's: {dout, x, gamma, eps}
 
@@ -127,8 +131,26 @@ def _ratio(got, expected):
     return value if torch.allclose(ratios, torch.full_like(ratios, value), **CLOSE) else None
 
 
+def _eps_hint(got, expected, case):
+    """What a dvar computed with another eps than the case's says: eps written in as a number (Karpathy's
+    lecture writes `(var + 1e-5) ** -1.5`), or left out; '' where neither explains `got`."""
+    var = case["x"].double().var(0, unbiased=False)
+    eps = typed_eps(got, case, lambda eps: -0.5 * (var + eps) ** -1.5 * expected["drstd"].double())
+    if eps is None:
+        return ""
+    if eps == 0:
+        return ("dvar leaves eps out: rstd = (var + eps) ** -0.5 holds eps, and so does its derivative; eps is not "
+                "an argument, but the cache's rstd was made with it")
+    return (f"your answer uses eps = {eps_text(eps)} where the layer's eps is {eps_text(case['eps'])}: eps is not "
+            "an argument, and the tests build the cache with several; the cache's rstd = (var + eps) ** -0.5 was "
+            "made with the layer's own, so write dvar without a number for eps")
+
+
 def _line_hint(line, got, expected, case):
     """What is missing from `line` (its form right, its values wrong), or ''."""
+    found = _eps_hint(got, expected, case) if line == "dvar" else ""
+    if found:
+        return found
     if line == "dx_hat" and matches(got, case["dout"]):
         return "dx_hat lacks the factor gamma: y = gamma * x_hat + beta"
     if line == "dbeta" and matches(got, expected["dgamma"]) or line == "dgamma" and matches(got, expected["dbeta"]):
@@ -140,11 +162,17 @@ def _line_hint(line, got, expected, case):
     for factor, words in _factors(case["x"].shape[0]) if ratio is not None else ():
         if abs(ratio - factor) <= 1e-6 * abs(factor):
             return words
+    if not torch.isfinite(got).all() and torch.isfinite(expected[line]).all():
+        n = case["x"].shape[0]
+        return (f"{line} holds NaN or inf where autograd's is finite" + (
+            ": in a batch of one, a division by N - 1 divides by 0; the forward divides by N, and every line is "
+            "defined for N = 1"
+            if n == 1 else ": look for a division by zero"))
     if got.dim() and got.shape[-1] == case["x"].shape[1]:
         wrong = ~torch.isclose(got.double(), expected[line].double(), rtol=1e-3, atol=0.0)  # far off, not round-off
         wrong = wrong.reshape(-1, got.shape[-1]).any(0)
         small = case["x"].var(0, unbiased=False) < 100 * case["eps"]
-        if wrong.any() and bool(small[wrong].all()):
+        if wrong.any() and bool(small[wrong].all()) and not bool(small.all()):  # some, not every, column
             return (f"only the columns whose variance is near eps ({wrong.nonzero().flatten().tolist()}) are wrong: "
                     "rstd = (var + eps) ** -0.5 holds eps, and so does its derivative")
         if not wrong.any():
@@ -157,8 +185,9 @@ def _wrong_line(exercise, line, problem, right, hint, shown, details=""):
     """Fail naming `line` and what is wrong with it, and which lines before it are right."""
     before = (f"{', '.join(right)} {'is' if len(right) == 1 else 'are'} right, so the slip is in the line that "
               f"computes {line}" if right else f"{line} is the first line of the backward pass")
-    checks.fail(exercise, f"{line} is wrong: {problem}", shown,
-                "\n".join(part for part in (details, f"  hint: {hint}" if hint else "", f"  ({before})") if part))
+    # the mistake before the inputs and values: class grading keeps a message's first 500 characters
+    checks.fail(exercise, "\n".join(part for part in (f"{line} is wrong: {problem}", f"  hint: {hint}" if hint else "",
+                                                      f"  ({before})") if part), shown, details)
 
 
 def _check_lines(exercise, got, expected, case, shown, tolerance, hints):
@@ -208,5 +237,10 @@ def check_batchnorm_steps(exercise, fn, cases, stress=None, what="dout"):
             def tolerance(line, reference=reference):
                 return {"rtol": 1e-4, "atol": 1e-4 * float(reference[line].abs().max())}
         with battery.stressed(exercise, stress, what):
-            got = guarded(exercise, fn, [case["dout"], cache, case["gamma"]], shown, driver=driver)
+            try:
+                got = guarded(exercise, fn, [case["dout"], cache, case["gamma"]], shown, driver=driver)
+            except GradingError as err:
+                if "name 'eps' is not defined" not in str(err).split("\n", 1)[0]:
+                    raise
+                raise GradingError(f"{err}\n  hint: {NO_EPS_ARGUMENT}") from None
             _check_lines(exercise, got, expected, case, shown, tolerance, hints=stress is None)

@@ -24,6 +24,27 @@ def matches(got, expected):
             and torch.allclose(got.double(), expected.double(), **CLOSE))
 
 
+TYPED_EPS = (1e-5, 1e-3, 1e-4, 1e-6, 1e-8, 1e-12)  # the numbers an answer may write in for eps (1e-5: the default)
+
+
+def eps_text(eps) -> str:
+    """1e-5 for 1e-05, 0.1 for 0.1: eps as a learner writes it."""
+    return f"{eps:.0e}".replace("e-0", "e-") if 0 < eps < 1e-2 else f"{eps:g}"
+
+
+def typed_eps(got, case, gradient_with, left_out=True):
+    """The eps an answer wrote in as a number, where `got` equals `gradient_with(eps)` for one of TYPED_EPS
+    (or 0, eps left out, if `left_out`) that is not the case's own eps; None where none explains it. Where
+    several do (1e-8 and 0 differ little next to a variance of 1), the closest."""
+    found = []
+    for eps in (*TYPED_EPS, 0.0) if left_out else TYPED_EPS:
+        if eps != case["eps"]:
+            candidate = gradient_with(eps)
+            if matches(got, candidate):
+                found.append((float((got.double() - candidate.double()).abs().max()), eps))
+    return min(found)[1] if found else None
+
+
 def form_problem(got, expected):
     """What is wrong with `got`'s type, shape, dtype or device against `expected` ('' if nothing)."""
     if not isinstance(got, torch.Tensor):
@@ -60,8 +81,8 @@ def check_form(exercise, got, expected, shown, names, hint=None):
 
 def expect_close_with_hint(exercise, got, expected, shown, names, hint=None, rtol=None, atol=None):
     """checks.expect_close after `check_form`, whose message gains `hint()` (the slip that explains the
-    difference) where there is one: the hint is looked for only once the answer is known to be wrong
-    in its values alone."""
+    difference) where there is one, right after its first line: the hint is looked for only once the answer
+    is known to be wrong in its values alone."""
     check_form(exercise, got, expected, shown, names, hint)
     try:
         checks.expect_close(exercise, got, expected, inputs=shown, names=names, rtol=rtol, atol=atol)
@@ -69,4 +90,5 @@ def expect_close_with_hint(exercise, got, expected, shown, names, hint=None, rto
         found = hint() if hint is not None else ""
         if not found:
             raise
-        raise GradingError(f"{err}\n  hint: {found}") from None
+        first, _, rest = str(err).partition("\n")  # the hint before the inputs and values: class grading keeps
+        raise GradingError(f"{first}\n  hint: {found}" + (f"\n{rest}" if rest else "")) from None  # 500 characters
