@@ -173,7 +173,10 @@ def test_choice_schema_errors():
     ("sqrt(4/3)", (4 / 3) ** 0.5), ("2*exp(1)", 2 * math.e), ("1000 + log(2)", 1000 + math.log(2)),
     ("log(8, 2)", 3.0), ("pi/2", math.pi / 2), ("ln(23)", math.log(23)), ("math.log(23)", math.log(23)),
     ("math.sqrt(4)", 2.0), ("2 * math.pi", 2 * math.pi), ("e**2", math.e ** 2), ("log2(8)", 3.0), ("log10(1e3)", 3.0),
-    ("zero", 0.0), ("Zero.", 0.0), ("three", 3.0)])
+    ("zero", 0.0), ("Zero.", 0.0), ("three", 3.0),
+    # issue 37: a function applied by a space, as on paper
+    ("ln 23", math.log(23)), ("math.log 23", math.log(23)), ("sqrt 2", 2 ** 0.5), ("exp -1", math.exp(-1)),
+    ("ln 23 / 2", math.log(23) / 2), ("2 * ln 2", 2 * math.log(2)), ("log10 1e3", 3.0), ("ln pi", math.log(math.pi))])
 def test_numbers_and_plain_arithmetic_are_read(typed, value):
     assert quiz_answers.read_number(typed, unit="bytes") == pytest.approx(value, rel=1e-12)
 
@@ -188,7 +191,7 @@ def test_numbers_and_plain_arithmetic_are_read(typed, value):
     ("...", "in place of '...'"), ("zero point three", "could not read"),
     ("sqrt(4, 3)", "sqrt, exp, log"), ("sqrt(x=4)", "sqrt, exp, log"), ("pi(2)", "sqrt, exp, log"),
     ("sqrt(-1)", "outside the domain of sqrt"), ("log(0)", "outside the domain of log"), ("exp(1000)", "too large"),
-    ("__import__('os').getcwd()", "sqrt, exp, log")])
+    ("__import__('os').getcwd()", "sqrt, exp, log"), ("2 ln 2", "could not read"), ("ln23", "sqrt, exp, log")])
 def test_anything_else_is_refused_with_a_reason(typed, message):
     with pytest.raises(quiz_answers.AnswerError, match=message):
         quiz_answers.read_number(typed)
@@ -245,6 +248,41 @@ def test_numeric_answers_within_tolerance_are_right_and_saved(private_progress):
     with pytest.raises(quiz_answers.AnswerError):
         quiz_answers.check_numeric(q, "zero point three")
     assert len(saved(private_progress)) == 4  # an unreadable answer is not an attempt
+
+
+@pytest.mark.parametrize("notebook, question_id, typed", [
+    ("07_by_hand", "batchnorm-dx-every-path", "0.2"), ("07_by_hand", "batchnorm-dx-every-path", "0.20"),
+    ("03_vjp", "lse-gradient-entry", "0.73"), ("03_vjp", "lse-gradient-entry", "0.7")])
+def test_a_right_value_rounded_too_coarsely_is_asked_for_more_digits(notebook, question_id, typed, private_progress):
+    """Issue 37: 0.2 for 0.2037 "to three decimals" was told to add the paths one by one, as a wrong derivation."""
+    question = quiz_schema.find_question(notebook, question_id)
+    feedback = quiz_answers.check_numeric(question, typed)
+    assert not feedback.correct
+    assert feedback.text == (f"Not yet: {typed} is the right value rounded too coarsely: the question asks for three "
+                             "decimals. Give more digits.")
+    assert saved(private_progress)[-1]["correct"] is False
+
+
+def test_a_coarse_number_that_a_missed_path_gives_is_still_the_missed_path(private_progress):
+    lse = quiz_schema.find_question("03_vjp", "lse-gradient-entry")
+    assert "The division by the sum is missing" in quiz_answers.check_numeric(lse, "1").text  # a miss, not a rounding
+    path = quiz_schema.find_question("07_by_hand", "batchnorm-dx-every-path")
+    assert "The path through the mean is missing" in quiz_answers.check_numeric(path, "0.4").text
+    for typed in ("0.3", "-0.2", "0.2 + 0.0"):  # another value, the other sign, an expression: no rounding of it
+        assert "rounded" not in quiz_answers.check_numeric(path, typed).text
+    plain = numeric_question()  # 0.32 within ±0.0005, outside a derive question: the answer is shown as well
+    text = quiz_answers.check_numeric(plain, "0.3").text
+    assert text.startswith("Not quite: 0.3 is the right value rounded too coarsely: the question asks for a value "
+                           "within ±0.0005. Give more digits; the answer is 0.32.")
+    assert "rounded" not in quiz_answers.check_numeric(plain, "0").text
+
+
+def test_a_nan_for_a_one_number_value_is_named_and_no_shape_is_spoken_of(private_progress):
+    question = quiz_schema.find_question("07_by_hand", "batch-of-one-normalised")
+    nan, other = quiz_answers.check_short(question, "nan"), quiz_answers.check_short(question, "1")
+    assert nan.text.startswith("Not quite: `nan` is NaN (not a number) where the value is one; the answer is `0`.")
+    assert other.text.startswith("Not quite: the answer is `0`.")
+    assert "shape" not in nan.text + other.text
 
 
 def test_short_answers_accept_any_listed_spelling(private_progress):

@@ -4,9 +4,12 @@ Widgets (``quiz_widgets``) and plain text (``quiz``) both go through here, so th
 
 - ``numeric``: the typed text is a number or an arithmetic expression (numbers, ``+ - * / **``,
   parentheses, ``sqrt``, ``exp``, ``log`` (also ``ln``, ``log2``, ``log10``), ``pi`` and ``e``, each
-  also with ``math.`` in front; ``2**-24``, ``3*4*8``, ``sqrt(4/3)``, ``math.log(23)``) or a number
-  word (``zero`` to ``ten``), evaluated without ``eval``, and right when it is within the question's
-  tolerance of the answer (the tolerance its prompt states). A trailing unit (``96 bytes``) is allowed.
+  also with ``math.`` in front, a function applied to a number by a space too, as on paper (``ln 23`` is
+  ``ln(23)``); ``2**-24``, ``3*4*8``, ``sqrt(4/3)``, ``math.log(23)``) or a number word (``zero`` to
+  ``ten``), evaluated without ``eval``, and right when it is within the question's tolerance of the
+  answer (the tolerance its prompt states). A trailing unit (``96 bytes``) is allowed. A wrong number
+  that is the answer rounded to fewer digits than the tolerance asks for is told so (give more digits),
+  not that its reasoning went wrong.
 - ``short``: right when it equals one of the accepted answers once both are lower-cased and stripped
   of all whitespace, backticks, surrounding quotes and a final period (for a True/False question,
   yes and no count as true and false). A call of a named function counts as its name
@@ -124,6 +127,17 @@ def _without_unit(text, unit):
     return typed
 
 
+# A math function applied by juxtaposition, as on paper: `ln 23`, `sqrt 2`, `exp -1`, read as a call of its number (or
+# constant) argument; `2 ln 2` stays unreadable (no implicit product), `ln 23 / 2` is ln(23) / 2.
+_APPLIED = re.compile(r"(?<![\w.])((?:math\.)?(?:" + "|".join(sorted(FUNCTIONS, key=len, reverse=True))
+                      + r"))\s+([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|pi\b|e\b)")
+
+
+def _applied(typed: str) -> str:
+    """`ln 23` as `ln(23)`: a function of the list applied to a number by a space, as written on paper."""
+    return _APPLIED.sub(r"\1(\2)", typed)
+
+
 def read_number(text: str, unit: str = "") -> float:
     """The value of a typed number or arithmetic expression; AnswerError says what is wrong."""
     typed = _without_unit(text, unit)
@@ -134,7 +148,7 @@ def read_number(text: str, unit: str = "") -> float:
     if len(typed) > MAX_EXPRESSION_CHARS:
         raise AnswerError(f"an answer is at most {MAX_EXPRESSION_CHARS} characters")
     try:
-        value = _evaluate(_parse(typed))
+        value = _evaluate(_parse(_applied(typed)))
     except SyntaxError:
         raise AnswerError(f"could not read {typed!r} as a number or an arithmetic expression") from None
     except ZeroDivisionError:
@@ -291,6 +305,16 @@ def _as_tensor(value):
         return None
 
 
+def _other_values(where, typed, got, want) -> str:
+    """Why a value of the right shape is not the value: NaN where it is a number, or other values (a single
+    number has no shape to speak of; the feedback shows the answer anyway)."""
+    if torch.isnan(got).any() and not torch.isnan(want).any():
+        return f"{where}`{typed}` {'is' if got.numel() == 1 else 'holds'} NaN (not a number) where the value is one"
+    if want.numel() == 1:
+        return f"{where}`{typed}` has another value" if where else ""
+    return f"{where}`{typed}` has the right shape but other values"
+
+
 def judge_value(question: Question, typed: str) -> tuple:
     """(right, why not) for a short question with a value: does `typed`, read as Python, have the value's
     value (on every draw of the question's tensors)? AnswerError if it cannot be read."""
@@ -312,7 +336,7 @@ def judge_value(question: Question, typed: str) -> tuple:
         if got.shape != want.shape:
             return False, f"{where}`{typed.strip()}` has shape {tuple(got.shape)}, not {tuple(want.shape)}"
         if not torch.allclose(got, want, rtol=1e-5, atol=1e-8, equal_nan=True):
-            return False, f"{where}`{typed.strip()}` has the right shape but other values"
+            return False, _other_values(where, typed.strip(), got, want)
     return True, ""
 
 
@@ -402,6 +426,47 @@ def _derive_retry(question: Question, miss) -> str:
     return f"{says} Try again{check}."
 
 
+_PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.(\d*))?|\.(\d+))(?:[eE]([-+]?\d+))?")
+_COUNTS = {1: "one decimal", 2: "two decimals", 3: "three decimals", 4: "four decimals", 5: "five decimals",
+           6: "six decimals"}
+
+
+def _last_digit(expression: str):
+    """The place of the last digit of a plain typed number (0.01 for 0.73, 1 for 3, 100 for 1.2e3), or None
+    for anything else (an expression has no last digit to round at)."""
+    found = _PLAIN_NUMBER.fullmatch(expression.strip())
+    if not found:
+        return None
+    decimals = len(found[1] or found[2] or "")
+    return 10.0 ** (int(found[3] or 0) - decimals)
+
+
+def rounded_too_coarsely(question: Question, expression: str, value: float) -> bool:
+    """Whether `value` (typed as `expression`) is the answer rounded at its last digit, a digit too coarse for
+    the tolerance: 0.2 or 0.20 for 0.2037 within ±0.0005. A number with no digit of the answer (1 for 0.73),
+    a zero or the other sign is not a rounding of it."""
+    step, answer = _last_digit(expression), question.answer
+    if step is None or value == 0 or answer == 0 or (value > 0) != (answer > 0) or step > abs(answer):
+        return False
+    return abs(value - answer) <= step / 2 * (1 + 1e-9) and not within(question, value)
+
+
+def precision_asked(question: Question) -> str:
+    """What the question's tolerance asks for, as its prompt says it: 'three decimals' for ±0.0005 where the
+    prompt counts decimals, else 'a value within ±0.05' or 'a value within 1%' (the loosest where there are several, as
+    `within` takes either)."""
+    def size(bound):
+        kind, value = bound
+        return value if kind == "abs" else value * abs(question.answer)
+    kind, bound = max(question.tolerance, key=size)
+    if kind == "rel":
+        return f"a value within {show_number(bound * 100)}%"
+    places = -math.log10(2 * bound) if bound > 0 else 0.0
+    if "decimal" in question.prompt.lower() and abs(places - round(places)) < 1e-9 and round(places) in _COUNTS:
+        return _COUNTS[round(places)]
+    return f"a value within ±{show_number(bound)}"
+
+
 def check_numeric(question: Question, typed: str, review: str = "") -> Feedback:
     """Feedback for a typed number or expression (AnswerError, not saved, if it cannot be read)."""
     value = read_number(typed, question.unit)
@@ -410,11 +475,17 @@ def check_numeric(question: Question, typed: str, review: str = "") -> Feedback:
     answer = shown_answer(question) + unit
     expression, given = _without_unit(typed, question.unit), show_number(value)
     given = given + unit if expression == given else f"{expression} = {given}{unit}"
+    exact_miss = next((m for m in question.misses if within(question, value, m.answer)), None)
     if correct:
         text = f"Correct: {answer}. {question.why}"
+    elif exact_miss is None and rounded_too_coarsely(question, expression, value):  # right, with too few digits
+        coarse = (f"{expression}{unit} is the right value rounded too coarsely: the question asks for "
+                  f"{precision_asked(question)}. Give more digits")
+        text = (f"Not yet: {coarse}." if question.section == "derive"
+                else f"Not quite: {coarse}; the answer is {answer}. {question.why}")
     elif question.section == "derive":
-        miss = next((m for m in question.misses if within(question, value, m.answer)
-                     or abs(value - m.answer) <= MISS_SLACK * abs(m.answer)), None)
+        miss = exact_miss or next((m for m in question.misses if abs(value - m.answer) <= MISS_SLACK * abs(m.answer)),
+                                  None)
         text = f"Not yet: you gave {given}. {_derive_retry(question, miss)}"
     else:
         text = f"Not quite: you gave {given}; the answer is {answer}. {question.why}"
