@@ -13,7 +13,10 @@ atomics have their own) make such kernels fail on a CPU too, and keep what the v
   launch storing to one address are a `Race` (atomics are how programs share a sum: they are not one);
 - every address a store or an atomic reached during the call is kept (`stored`): a returned element that
   still holds `UNSET` was written from memory torch.empty left unset, not left unwritten;
-- the first load (or atomic) that read `UNSET` is kept as a `Place`.
+- the first load (or atomic) that read `UNSET` is kept as a `Place`;
+- the address of every lane a load, a store or an atomic reaches (masked-off lanes aside) is checked against the
+  tensors the launch was given: the first that lies in none of them is kept (`outside`: the kernel, the access and
+  the address), so that a read past an input fails even when what it read never reaches the result.
 
 A load or store outside a counted launch (`JITFunction.run` put back by the learner's code, then replaced again),
 or a memory primitive no longer the watch's at the end, fails the call (`op_watch.GuardSwitchedOff`).
@@ -86,6 +89,7 @@ class Accesses:
         self.uncounted = False  # whether memory was reached outside every counted launch
         self._stores = []  # (addresses, program) of the launch under way's plain stores
         self._written = []  # arrays of the addresses stores and atomics reached during the call
+        self.outside = None  # (kernel, "read" | "wrote", address) of the first lane outside every tensor of its launch
 
     @contextlib.contextmanager
     def launch(self, kernel, args, kwargs):
@@ -118,6 +122,19 @@ class Accesses:
         yz = self._grid[1] * self._grid[2]
         return int(program) // yz, int(program) % yz // self._grid[2], int(program) % self._grid[2]
 
+    def _check_inside(self, ptrs, active, access):
+        """Note the first active lane whose address lies in no tensor the launch was given."""
+        if self.outside is not None or not self._launching:
+            return
+        addresses = np.asarray(ptrs.data)[np.broadcast_to(active, np.shape(ptrs.data))].astype(np.uint64)
+        if not addresses.size:
+            return
+        inside = np.zeros(addresses.shape, dtype=bool)
+        for _, first, end, _ in self._tensors:
+            inside |= (addresses >= np.uint64(first)) & (addresses < np.uint64(end))
+        if not inside.all():
+            self.outside = (self._kernel, access, int(addresses[np.flatnonzero(~inside)[0]]))
+
     def reached(self):
         """A memory primitive ran: inside a counted launch, or a launch the counter never saw."""
         self.uncounted = self.uncounted or not self._launching
@@ -125,6 +142,7 @@ class Accesses:
     def loaded(self, ptrs, mask, other, ret):
         """A load: masked-off lanes without other= get the marker; a lane read from UNSET is noted."""
         active = np.broadcast_to(mask.data, ret.data.shape)
+        self._check_inside(ptrs, active, "read")
         if other is None and ret.data.dtype != np.bool_ and not active.all():
             np.copyto(ret.data.view(f"u{ret.data.itemsize}"), self.masked[ret.data.itemsize], where=~active,
                       casting="unsafe")
@@ -134,12 +152,15 @@ class Accesses:
 
     def stored(self, builder, ptrs, mask):
         """A plain store: its addresses, with the program that made them."""
-        addresses = ptrs.data[np.broadcast_to(mask.data, ptrs.data.shape)].astype(np.uint64)
+        active = np.broadcast_to(mask.data, ptrs.data.shape)
+        self._check_inside(ptrs, active, "wrote")
+        addresses = ptrs.data[active].astype(np.uint64)
         self._stores.append((addresses, self._program(builder)))
 
     def updated(self, ptrs, mask, old):
         """An atomic: its addresses count as written; an old value that is UNSET is noted."""
         active = np.ones(ptrs.data.shape, dtype=bool) if mask is None else np.broadcast_to(mask.data, ptrs.data.shape)
+        self._check_inside(ptrs, active, "wrote")
         self._written.append(ptrs.data[active].astype(np.uint64))
         self._note_unset(ptrs, active, old)
 

@@ -14,8 +14,11 @@ code runs):
   holds a third marker (`UNSET`);
 - every Triton launch is counted (`JITFunction.run`, and the interpreter's `run`);
 - in Triton's interpreter, loads and stores are watched (`kernel_accesses`): masked-off lanes of a load without
-  `other=` hold a fourth marker (`MASKED`), two programs of a launch storing to one element are a race, and
-  a load of `UNSET` memory is noted (on a GPU these are wrong answers the interpreter would hide);
+  `other=` hold a fourth marker (`MASKED`), two programs of a launch storing to one element are a race, a load
+  of `UNSET` memory is noted (on a GPU these are wrong answers the interpreter would hide), and so is the first
+  lane of a load or store whose address lies outside every tensor of its launch (`KernelRun.outside_access`,
+  named after the input or allocation whose padding it reached: "read outside q"), whether or not what it
+  read reaches the result;
 - every ATen operation outside a launch that is not an allocation, a view or a copy is recorded:
   the graded functions compute in their kernels, and torch only allocates and launches;
 - so is, outside a launch, the first way out of torch (a tensor's data read into NumPy or Python numbers:
@@ -324,6 +327,7 @@ class KernelRun:
     read_unset: kernel_accesses.Place = None  # the first element of torch.empty's memory a kernel read unset
     without_other: list = dataclasses.field(default_factory=list)  # kernels that loaded masked lanes, no other=
     largest_allocation: tuple = None  # (elements, shape) of the largest tensor the call allocated
+    outside_access: str = None  # the first lane a load or store reached outside every tensor of its launch, said
 
 
 def _compact(value):
@@ -365,7 +369,25 @@ def report(guard, regions, result) -> KernelRun:
                      from_unset={i: counts for i, counts in spoiled.items() if counts},
                      largest_block=guard.largest_block, race=guard.accesses.race,
                      read_unset=guard.accesses.read_unset, without_other=list(guard.accesses.without_other),
-                     largest_allocation=None if largest is None else (largest.view.numel(), tuple(largest.view.shape)))
+                     largest_allocation=None if largest is None else (largest.view.numel(), tuple(largest.view.shape)),
+                     outside_access=_outside_access(guard.accesses.outside, everything))
+
+
+def _outside_access(outside, regions):
+    """What `Accesses.outside` (kernel, "read" | "wrote", address) reached, in the learner's terms: "your kernel
+    flash_kernel read outside q (2 elements past its last element)"; None where every access stayed inside."""
+    if outside is None:
+        return None
+    kernel, access, address = outside
+    for region in regions:
+        size, start = region.buffer.element_size(), region.buffer.data_ptr()
+        if start <= address < start + region.buffer.numel() * size:
+            offset = (address - region.view.data_ptr()) // size
+            last = kernel_accesses.span(region.view.shape, region.view.stride()) - 1
+            where = (f"{-offset} element{'s' if offset != -1 else ''} before its first element" if offset < 0 else
+                     f"{offset - last} element{'s' if offset - last != 1 else ''} past its last element")
+            return f"your kernel {kernel} {access} outside {region.name} ({where})"
+    return f"your kernel {kernel} {access} outside every tensor it was given"
 
 
 def _returned(position, parts) -> str:
