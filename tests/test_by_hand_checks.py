@@ -683,3 +683,19 @@ def test_a_float32_answer_compared_in_float64_names_float32():
                                     [bh.batchnorm_case(16, 5, seed=26, large_mean=True, device="cpu")],
                                     stress="float32-large-mean")
     assert "rtol=0 for torch.float32)" in str(err.value) and "torch.float64" not in str(err.value)
+
+
+def test_the_steps_statement_says_eps_is_not_an_argument_and_the_visible_test_varies_it():
+    """Issue 37: Karpathy's `(var + 1e-5) ** -1.5` passed the visible test and lost a hidden point with "dvar is
+    wrong" and no hint. The statement says where eps comes from, and the visible test already names the slip."""
+    import course
+
+    nb = course.read(course.solution_path("07_by_hand"))
+    statement = next(c.source for c in nb.cells if c.source.startswith("### Exercise: `batchnorm_steps_backward`"))
+    assert "`eps` is not an argument" in statement and "other values of eps than the default `1e-5`" in statement
+    cell = next(c.source for c in nb.cells if course.nbgrader_meta(c).get("grade_id") == "batchnorm_steps_backward")
+    visible = cell.split("### BEGIN HIDDEN TESTS")[0]
+    with pytest.raises(GradingError) as err:
+        exec(visible, {"batchnorm_steps_backward": catalogue.st_typed_eps})
+    assert "hint: your answer uses eps = 1e-5 where the layer's eps is 1e-3" in str(err.value)
+    exec(visible, {"batchnorm_steps_backward": catalogue.st_keepdim})
