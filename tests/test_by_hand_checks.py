@@ -699,3 +699,37 @@ def test_the_steps_statement_says_eps_is_not_an_argument_and_the_visible_test_va
         exec(visible, {"batchnorm_steps_backward": catalogue.st_typed_eps})
     assert "hint: your answer uses eps = 1e-5 where the layer's eps is 1e-3" in str(err.value)
     exec(visible, {"batchnorm_steps_backward": catalogue.st_keepdim})
+
+
+def test_try_it_cells_print_the_numbers_they_expect_as_written():
+    """Issue 37: `[0.20000000298023224, ...] (expected [0.2, 0.4])`. Each try-it cell of 07 that prints an
+    expectation prints its own numbers as the expectation writes them (run on the reference solution)."""
+    import ast
+    import contextlib
+    import io
+    import re
+
+    import course
+
+    number = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
+    cells = course.read(course.solution_path("07_by_hand")).cells
+    checked = 0
+    for k, cell in enumerate(cells):
+        solution = cells[k - 1]  # a try-it cell follows its solution cell
+        if cell.cell_type != "code" or "(expected" not in cell.source or not course.nbgrader_meta(solution).get(
+                "solution"):
+            continue
+        names = {"torch": torch, "F": F, "nn": nn, "DEVICE": torch.device("cpu")}
+        exec(solution.source, names)
+        statements = ast.parse(cell.source).body
+        upto = next(i for i, s in enumerate(statements) if "(expected" in ast.get_source_segment(cell.source, s))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(ast.Module(statements[:upto + 1], []), "try-it", "exec"), names)
+        for line in out.getvalue().splitlines():
+            if "(expected" in line:
+                printed, expected = line.split("(expected", 1)
+                assert number.findall(printed) and [float(v) for v in number.findall(printed)] == [
+                    float(v) for v in number.findall(expected)], line
+                checked += 1
+    assert checked >= 2
