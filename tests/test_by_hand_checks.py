@@ -551,6 +551,15 @@ def test_trusted_grading_gives_the_plain_verdict(entry):
     assert isinstance(err, GradingError) and SLIPS[entry] in str(err)
 
 
+def test_an_answer_that_raises_in_the_kernel_is_shown_its_input_too():
+    def crashes(dout, x, gamma, eps=1e-5):
+        return dout @ x
+
+    err, _ = run_trusted("batchnorm_backward", crashes)
+    assert isinstance(err, GradingError) and str(err).startswith("batchnorm_backward: raised RuntimeError")
+    assert "\n  on input:\n    dout = tensor(shape=(6, 4)" in str(err)
+
+
 # --- the quiz of notebook 07 --------------------------------------------------------------------------------
 def quiz_questions():
     raw = yaml.safe_load(QUIZ.read_text())
