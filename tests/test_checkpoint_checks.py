@@ -14,7 +14,7 @@ from autograder.checks import GradingError, boundary
 from autograder.checks import nb06_checkpointing as cc
 from autograder.checks.nb06_checkpointing import sequential
 from autograder.checks.nb06_checkpointing.blocks import TestBlock
-from autograder.checks.nb06_checkpointing.saved_bytes import describe_saved, graph_saved_bytes
+from autograder.checks.nb06_checkpointing.saved_bytes import describe_saved, storage_bytes
 from autograder.checks.nb06_checkpointing.sequential import make_chain, reference_sequential, run_sequential
 from autograder.checks.saved_counts import SavedCounts
 from autograder.grader.keys import answer_key
@@ -23,6 +23,11 @@ from autograder.learner.device import available_devices
 from autograder.learner.memory import SavedTensorLedger
 
 KEY = answer_key("06_checkpointing")
+
+
+def graph_saved_bytes(outputs):
+    """The answer key's count without hooks: the distinct storages its graph walk finds."""
+    return storage_bytes(t for _, _, t in KEY.graph_saved_tensors(outputs))
 PEAKS_16 = [16, 9, 8, 7, 8, 11, 10, 9, 16, 16, 16, 16, 16, 16, 16, 16]  # what the visible test states
 
 
@@ -92,7 +97,7 @@ def test_graph_walk_includes_python_numbers_that_hooks_never_see():
 
 def test_describe_saved_names_each_saved_tensor_once():
     x = leaf(4, 3)
-    text = describe_saved(x * x)
+    text = describe_saved(KEY.graph_saved_tensors(x * x))
     assert text.count("MulBackward0") == 2 and "not counted again" in text
 
 
@@ -116,10 +121,21 @@ def test_saved_bytes_check_accepts_hooks_and_refuses_the_courses_counters():
 
     x, w = leaf(8, 16, seed=1), leaf(16, 4, seed=2)
     cc.check_saved_bytes("saved_bytes", hooks, lambda a, b: torch.tanh(a @ b), [x, w], "tanh(x @ w)", expected=896)
-    for counter in (with_ledger, lambda fn, *a: graph_saved_bytes(fn(*a)),
-                    lambda fn, *a: memory.measure(lambda: fn(*a), "cpu").saved_bytes):
+    for counter in (with_ledger, lambda fn, *a: memory.measure(lambda: fn(*a), "cpu").saved_bytes):
         with pytest.raises(GradingError, match="build that yourself"):
-            cc.check_saved_bytes("saved_bytes", counter, lambda a, b: torch.tanh(a @ b), [x, w], "tanh(x @ w)")
+            cc.check_saved_bytes("saved_bytes", counter, lambda a, b: torch.tanh(a @ b), [x, w], "tanh(x @ w)",
+                                 graph=KEY.graph_saved_tensors)
+    with pytest.raises(GradingError, match="answer key"):  # the key's own walk, called from an answer
+        cc.check_saved_bytes("saved_bytes", lambda fn, *a: graph_saved_bytes(fn(*a)), lambda a, b: torch.tanh(a @ b),
+                             [x, w], "tanh(x @ w)", graph=KEY.graph_saved_tensors)
+
+
+def test_no_walk_of_the_graph_is_installed_with_the_checks():
+    """The walk that counts without hooks is a correct saved_bytes: the checks take it from the answer key."""
+    from autograder.checks.nb06_checkpointing import saved_bytes as module
+    assert not hasattr(module, "graph_saved_tensors") and not hasattr(module, "graph_saved_bytes")
+    with pytest.raises(ValueError, match="graph="):
+        cc.check_saved_bytes("saved_bytes", lambda fn, *a: 0, lambda a: a * a, [leaf(3)], "a * a")
 
 
 # --- best_segments: judged against the peaks the test gives ---------------------------------------------

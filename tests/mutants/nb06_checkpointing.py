@@ -234,11 +234,11 @@ def sb_ledger(fn, *inputs):
     return ledger.total_bytes
 
 
-@wrong_("saved_bytes", "counts through the course's graph walk (nb06_checkpointing.saved_bytes.graph_saved_bytes) "
-                       "instead")
+@wrong_("saved_bytes", "imports the course's answer key instead of writing it")
 def sb_graph_walk(fn, *inputs):
-    from autograder.checks.nb06_checkpointing.saved_bytes import graph_saved_bytes
-    return graph_saved_bytes(fn(*inputs))
+    from autograder.grader.keys import answer_key
+    walked = answer_key("06_checkpointing").graph_saved_tensors(fn(*inputs))
+    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for _, _, t in walked}.values())
 
 
 @wrong_("saved_bytes", "tells storages apart by t.data_ptr(), where the view starts: two views of one storage "

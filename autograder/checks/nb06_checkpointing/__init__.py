@@ -7,7 +7,8 @@ runs a block, not only on the numbers it returns. The helpers here (modules `sav
 - count what backward keeps in two independent ways: through `saved_tensors_hooks`
   (`autograder.learner.memory.SavedTensorLedger`) and by
   walking the finished graph from its outputs and reading every node's saved variables
-  (`graph_saved_bytes`), so that `saved_bytes` is checked against a count that uses no hooks;
+  (`graph_saved_tensors`, the answer key's: that walk is a correct `saved_bytes` itself), so that `saved_bytes`
+  is checked against a count that uses no hooks;
 - build seeded test blocks with parameters and dropout that count their own forward calls
   (`TestBlock`), run them plainly and through an implementation under test, and compare outputs,
   the gradients of every input and parameter, the saved bytes and the number of calls;

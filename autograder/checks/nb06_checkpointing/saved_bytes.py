@@ -1,8 +1,10 @@
 """The checks of `saved_bytes` and `estimate_activation_bytes`: what backward keeps, counted without hooks.
 
 `saved_bytes` is checked against a count that uses no hooks: the finished graph walked from its outputs,
-every node's saved variables read (`graph_saved_bytes`). The course's own counters (the calls its rule in
-`rules.BY_HAND` watches) are what the exercise rebuilds, so the learner's answer may not call them.
+every node's saved variables read. That walk is a correct `saved_bytes` by another route, so it is the answer
+key's (`graph_saved_tensors` in `solutions/06_checkpointing/answer_key.py`), passed in by the hidden tests, and
+not installed with this package; a visible test states its count instead. The course's own counters (the calls
+its rule in `rules.BY_HAND` watches) are what the exercise rebuilds, so the learner's answer may not call them.
 """
 import math
 import numbers
@@ -13,7 +15,6 @@ from autograder import checks
 from autograder.checks import GradingError
 from autograder.checks.nb06_checkpointing.rules import BY_HAND
 from autograder.checks.rules import guards_of
-from autograder.learner.memory import saved_values_by_name
 
 
 # --- counting what backward keeps ------------------------------------------------------------------
@@ -30,40 +31,11 @@ def storage_bytes(tensors) -> int:
     return sum(sizes.values())
 
 
-def graph_saved_tensors(outputs):
-    """[(node name, attribute, tensor)] for every tensor saved in the graph behind `outputs`,
-    walked with an explicit stack from the outputs' grad_fn through `next_functions`.
-
-    Each node's saved values are read with `autograder.learner.memory.saved_values_by_name` (tuples
-    of tensors are opened). One difference from what pack hooks see: a Python number used as an
-    operand (`x * 2.0`) is saved as a 0-d double or long tensor that autograd never hands to the
-    hooks, and which this count includes; the graded functions use none.
-    """
-    outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-    stack = [o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
-    seen, found = set(), []
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        for name, value in saved_values_by_name(node).items():
-            found += [(type(node).__name__, name, t) for t in (value if isinstance(value, (tuple, list)) else (value,))
-                      if isinstance(t, torch.Tensor)]
-        stack.extend(fn for fn, _ in node.next_functions)
-    return found
-
-
-def graph_saved_bytes(outputs) -> int:
-    """Bytes of the distinct storages saved in the graph behind `outputs`: an independent count
-    of what `saved_tensors_hooks` see, read from the saved variables of every node."""
-    return storage_bytes(t for _, _, t in graph_saved_tensors(outputs))
-
-
-def describe_saved(outputs, limit=12) -> str:
-    """What the graph keeps, one line per saved tensor, for feedback messages."""
+def describe_saved(walked, limit=12) -> str:
+    """What the graph keeps, one line per saved tensor of `walked` ([(node name, attribute, tensor)], as the
+    answer key's `graph_saved_tensors` lists them), for feedback messages."""
     lines, counted = [], set()
-    for node, name, t in graph_saved_tensors(outputs)[:limit]:
+    for node, name, t in walked[:limit]:
         key = storage_key(t)
         note = "" if key not in counted else " (same storage as above: not counted again)"
         counted.add(key)
@@ -76,15 +48,17 @@ def describe_saved(outputs, limit=12) -> str:
 # answer may not call them (the notebooks use them everywhere else).
 
 
-def check_saved_bytes(exercise, student, fn, args, label, expected=None):
-    """`student(fn, *args)` must equal the bytes of the distinct storages autograd saves while
-    `fn(*args)` runs, counted here from the graph (or `expected`, computed by hand), without
-    calling the course's own counters (its rule's guards)."""
+def check_saved_bytes(exercise, student, fn, args, label, expected=None, graph=None):
+    """`student(fn, *args)` must equal the bytes of the distinct storages autograd saves while `fn(*args)`
+    runs: `expected` where a test states it, else counted here from what `graph` (the answer key's
+    `graph_saved_tensors`) finds in the graph; without calling the course's own counters (its rule's guards)."""
+    if expected is None and graph is None:
+        raise ValueError("check_saved_bytes needs expected= or graph= (the answer key's graph_saved_tensors)")
     inputs = {"fn": label, **{f"input {i}": a for i, a in enumerate(args)}}
     got = checks.call_student(exercise, lambda: student(fn, *args), time_limit=20, **guards_of(BY_HAND, exercise))
     reference_out = fn(*args)
-    walked = graph_saved_bytes(reference_out)
-    expected = walked if expected is None else expected
+    walked = graph(reference_out) if graph is not None else None
+    expected = storage_bytes(t for _, _, t in walked) if expected is None else expected
     valid = isinstance(got, numbers.Real) and not isinstance(got, bool) and float(got).is_integer()
     if not valid:
         raise GradingError(f"{exercise}: should return a whole number of bytes (an int), got "
@@ -94,10 +68,11 @@ def check_saved_bytes(exercise, student, fn, args, label, expected=None):
         if expected and int(got) % expected == 0 and int(got) > expected:
             hint = ("\n  a multiple of the right count: is a storage saved by two ops, or by one op twice, "
                     "counted more than once?")
+        kept = "" if walked is None else f"\n  what the graph keeps:\n{describe_saved(walked) or '    nothing'}"
         raise GradingError(
             f"{exercise}: counted {int(got)} bytes for {label}; autograd saves {expected} bytes "
-            f"(distinct storages, each storage's full nbytes)\n  on input:\n{checks.describe_inputs(inputs)}\n"
-            f"  what the graph keeps:\n{describe_saved(reference_out) or '    nothing'}{hint}")
+            f"(distinct storages, each storage's full nbytes)\n  on input:\n{checks.describe_inputs(inputs)}"
+            f"{kept}{hint}")
 
 
 # --- a number ----------------------------------------------------------------------------------------
