@@ -436,3 +436,16 @@ def test_trusted_sequential_checks_get_the_saved_bytes_as_numbers():
     assert counts and all(isinstance(c.peak_bytes, int) and c.peak_bytes > 0 for c in counts)
     err, _ = run_trusted(SEQUENTIAL_CELL, all_checkpointed)
     assert isinstance(err, GradingError) and "Yours: blocks 0-7 ran 2x" in str(err), err
+
+
+def test_the_notebook_imports_the_courses_counters_only_after_saved_bytes():
+    """Issue 37: the set-up cell handed the learner SavedTensorLedger before the exercise that builds one."""
+    import course
+    nb = course.read(course.solution_path("06_checkpointing"))
+    solution = next(i for i, c in enumerate(nb.cells)
+                    if course.nbgrader_meta(c).get("grade_id") == "saved_bytes_solution")
+    before = [i for i, c in enumerate(nb.cells[:solution]) if c.cell_type == "code" and "learner.memory" in c.source]
+    first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "learner.memory import" in c.source)
+    uses = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            and ("SavedTensorLedger(" in c.source or "measure(" in c.source)]
+    assert before == [] and solution < first <= min(uses), (before, first, uses)
