@@ -168,16 +168,17 @@ def attention_backward_per_head(q, k, v, o, do, scale, causal):
 
 # online_attention ---------------------------------------------------------------------------------------------
 def _online(q, k, v, scale, causal, block, rescale=True, with_max=True, masked=None, diagonal=0, tiles=None,
-            lse_log=None):
+            lse_log=None, start_max=None):
     """Online attention with one step written as a learner might: `rescale` the accumulator when the max
-    grows, the max in `lse`, the score of a masked key (`masked`), the mask's diagonal, how tiles are cut."""
+    grows, the max in `lse`, the score of a masked key (`masked`), the mask's diagonal, how tiles are cut, where
+    the running max starts (`start_max`, −inf unless given)."""
     import math
 
     import torch
     n, m = q.shape[-2], k.shape[-2]
     acc_dtype = torch.promote_types(q.dtype, torch.float32)
     acc = q.new_zeros(*q.shape[:-1], v.shape[-1], dtype=acc_dtype)
-    top = q.new_full((*q.shape[:-1], 1), -math.inf, dtype=acc_dtype)
+    top = q.new_full((*q.shape[:-1], 1), -math.inf if start_max is None else start_max, dtype=acc_dtype)
     total = q.new_zeros(*q.shape[:-1], 1, dtype=acc_dtype)
     rows = torch.arange(n, device=q.device)[:, None]
     starts = range(0, m, block) if tiles is None else tiles(m, block)
@@ -203,6 +204,12 @@ def _online(q, k, v, scale, causal, block, rescale=True, with_max=True, masked=N
         says="rescaled by exp(m_old − m_new)")
 def online_attention_not_rescaled(q, k, v, scale, causal, block):
     return _online(q, k, v, scale, causal, block, rescale=False)
+
+
+@wrong_("online_attention", "the running max starts at 0, not −inf: rows whose scores are all below −88 underflow",
+        says="running max start at 0")
+def online_attention_max_starts_at_zero(q, k, v, scale, causal, block):
+    return _online(q, k, v, scale, causal, block, start_max=0.0)
 
 
 @wrong_("online_attention", "lse = log(l) without the running max", says="lse without the max")
@@ -255,11 +262,14 @@ def online_attention_no_max(q, k, v, scale, causal, block):
     return acc / total, total.squeeze(-1).log()
 
 
-@right_("online_attention", "tiles by torch.split, the running log-sum-exp merged with torch.logaddexp")
+@right_("online_attention", "tiles by torch.split, the running log-sum-exp merged with torch.logaddexp, in float32 "
+                            "at least")
 def online_attention_logaddexp(q, k, v, scale, causal, block):
     import math
 
     import torch
+    dtype = q.dtype
+    q, k, v = (t.to(torch.promote_types(t.dtype, torch.float32)) for t in (q, k, v))
     n = q.shape[-2]
     lse = q.new_full(q.shape[:-1], -math.inf)
     o = torch.zeros_like(q[..., :1] * v[..., :1, :])
@@ -275,7 +285,7 @@ def online_attention_logaddexp(q, k, v, scale, causal, block):
         keep = torch.exp(lse - new).nan_to_num(0.0)
         o = o * keep[..., None] + torch.exp(s - new[..., None]).nan_to_num(0.0) @ vt
         lse, start = new, start + kt.shape[-2]
-    return o, lse
+    return o.to(dtype), lse
 
 
 @right_("online_attention", "lse returned in float32 whatever the input's dtype")
@@ -518,7 +528,8 @@ def _fwd_lse32_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, M, D, scale,
     tl.store(lse_ptr + bh * N + rows, m_i + tl.log(l_i), mask=row_ok)
 
 
-@right_("flash_forward", "written out: lse in float32 whatever the input's dtype, blocks of 32 queries")
+@right_("flash_forward", "written out: lse in float32 whatever the input's dtype, blocks of 32 queries, every block "
+                         "of keys visited and masked (no causal skipping)")
 def flash_forward_lse_float32(q, k, v, scale, causal):
     B, H, N, D = q.shape
     M = k.shape[2]
@@ -579,6 +590,83 @@ def flash_forward_blocks_of_32(q, k, v, scale, causal):
     _fwd_32_kernel[grid](q, k, v, o, lse, H, N, M, D, scale, *q.stride(), *k.stride(), *v.stride(),
         *o.stride(), CAUSAL=causal, BLOCK_N=32, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=tl.float64 if wide else tl.float32)
     return o, lse
+
+
+@triton.jit
+def _fwd_variant_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, M, D, scale,
+        qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, ob, oh, on, od,
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr,
+        MAX_AT_ZERO: tl.constexpr, SKIP: tl.constexpr, V_UNMASKED: tl.constexpr):
+    """The forward with one choice a learner makes: the running max started at 0 (MAX_AT_ZERO), the key blocks
+    after the diagonal skipped (SKIP), v loaded without the mask of the head's width (V_UNMASKED)."""
+    bh, block = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    row_ok, col_ok = rows < N, cols < D
+    q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd,
+                mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(ACC)
+    if MAX_AT_ZERO:
+        m_i = tl.zeros([BLOCK_N], dtype=ACC)
+    else:
+        m_i = tl.full([BLOCK_N], float("-inf"), dtype=ACC)
+    l_i = tl.zeros([BLOCK_N], dtype=ACC)
+    acc = tl.zeros([BLOCK_N, BLOCK_D], dtype=ACC)
+    hi = M
+    if SKIP and CAUSAL:
+        hi = tl.minimum(M, (block + 1) * BLOCK_N)
+    for start in range(0, hi, BLOCK_M):
+        keys = start + tl.arange(0, BLOCK_M)
+        kv_mask = (keys < M)[:, None] & col_ok[None, :]
+        k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0)
+        if V_UNMASKED:  # the lanes past d read on into the next row, and past the last row out of v
+            v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=(keys < M)[:, None],
+                        other=0.0)
+        else:
+            v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k.to(ACC)), input_precision="ieee") * scale
+        s = tl.where((keys < M)[None, :], s, float("-inf"))
+        if CAUSAL:
+            s = tl.where(keys[None, :] <= rows[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(ACC), input_precision="ieee")
+        m_i = m_new
+    tl.store(o_ptr + b * ob + h * oh + rows[:, None] * on + cols[None, :] * od, acc / l_i[:, None],
+             mask=row_ok[:, None] & col_ok[None, :])
+    tl.store(lse_ptr + bh * N + rows, m_i + tl.log(l_i), mask=row_ok)
+
+
+def _fwd_variant(q, k, v, scale, causal, max_at_zero=False, skip=False, v_unmasked=False, block_n=16):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), dtype=torch.float64 if wide else torch.float32, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    _fwd_variant_kernel[(B * H, triton.cdiv(N, block_n))](q, k, v, o, lse, H, N, M, D, scale, *q.stride(),
+        *k.stride(), *v.stride(), *o.stride(), CAUSAL=causal, BLOCK_N=block_n, BLOCK_M=16, BLOCK_D=BLOCK_D,
+        ACC=tl.float64 if wide else tl.float32, MAX_AT_ZERO=max_at_zero, SKIP=skip, V_UNMASKED=v_unmasked)
+    return o, lse
+
+
+@wrong_("flash_forward", "written out: the running max starts at 0 (tl.zeros), not −inf", says="running max start at 0")
+def flash_forward_max_starts_at_zero(q, k, v, scale, causal):
+    return _fwd_variant(q, k, v, scale, causal, max_at_zero=True)
+
+
+@wrong_("flash_forward", "written out: v loaded without the mask of the head's width (its lanes past d never reach o, "
+                          "but read past v's last row)", says="read outside v")
+def flash_forward_v_unmasked(q, k, v, scale, causal):
+    return _fwd_variant(q, k, v, scale, causal, v_unmasked=True)
+
+
+@right_("flash_forward", "written out: with causal, the blocks of keys after a block's last query skipped (as "
+                         "FlashAttention-2), blocks of 32 queries against blocks of 16 keys")
+def flash_forward_skips_hidden_blocks(q, k, v, scale, causal):
+    return _fwd_variant(q, k, v, scale, causal, skip=True, block_n=32)
 
 
 # flash_backward -----------------------------------------------------------------------------------------------
@@ -964,8 +1052,10 @@ def flash_backward_stored_p(q, k, v, o, lse, do, scale, causal):
 @triton.jit
 def _atomic_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, d_ptr, dq_ptr, dk_ptr, dv_ptr, H, N, M, D, scale,
         qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, gb, gh, gn, gd, lb, lh, ln,
-        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
-    """One program per block of keys: its dK and dV stored, its share of every query's dQ added atomically."""
+        CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr,
+        SKIP: tl.constexpr):
+    """One program per block of keys: its dK and dV stored, its share of every query's dQ added atomically (as
+    FlashAttention-2's backward); with SKIP and CAUSAL, the blocks of queries before its first key skipped."""
     bh, block = tl.program_id(0), tl.program_id(1)
     b, h = bh // H, bh % H
     keys = block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -975,7 +1065,10 @@ def _atomic_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, d_ptr, dq_ptr, dk_pt
     v = tl.load(v_ptr + b * vb + h * vh + keys[:, None] * vm + cols[None, :] * vd, mask=kv_mask, other=0.0).to(ACC)
     dk = tl.zeros([BLOCK_M, BLOCK_D], dtype=ACC)
     dv = tl.zeros([BLOCK_M, BLOCK_D], dtype=ACC)
-    for start in range(0, N, BLOCK_N):
+    lo = 0
+    if SKIP and CAUSAL:
+        lo = (block * BLOCK_M) // BLOCK_N * BLOCK_N
+    for start in range(lo, N, BLOCK_N):
         rows = start + tl.arange(0, BLOCK_N)
         q_mask = (rows < N)[:, None] & (cols < D)[None, :]
         q = tl.load(q_ptr + b * qb + h * qh + rows[:, None] * qn + cols[None, :] * qd, mask=q_mask, other=0.0)
@@ -997,8 +1090,9 @@ def _atomic_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, d_ptr, dq_ptr, dk_pt
     tl.store(dv_ptr + bh * M * D + keys[:, None] * D + cols[None, :], dv, mask=kv_mask)
 
 
-@right_("flash_backward", "written out: dQ by tl.atomic_add into a zeroed buffer, in the pass over blocks of keys")
-def flash_backward_atomic_dq(q, k, v, o, lse, do, scale, causal):
+@right_("flash_backward", "written out: dQ by tl.atomic_add into a zeroed buffer, in the pass over blocks of keys, "
+                          "every block of queries visited and masked (no causal skipping)")
+def flash_backward_atomic_dq(q, k, v, o, lse, do, scale, causal, skip=False):
     B, H, N, D = q.shape
     M = k.shape[2]
     wide = q.dtype == torch.float64
@@ -1013,8 +1107,14 @@ def flash_backward_atomic_dq(q, k, v, o, lse, do, scale, causal):
         BLOCK_N=16, BLOCK_D=BLOCK_D, ACC=acc)
     _atomic_dq_kernel[(B * H, triton.cdiv(M, 16))](q, k, v, do, lse, d, dq, dk, dv, H, N, M, D, scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *lse.stride(),
-        CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=acc)
+        CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=acc, SKIP=skip)
     return dq.to(q.dtype), dk, dv
+
+
+@right_("flash_backward", "written out: dQ by tl.atomic_add (FlashAttention-2), the blocks of queries before a "
+                          "block's first key skipped under the causal mask")
+def flash_backward_atomic_dq_skipping(q, k, v, o, lse, do, scale, causal):
+    return flash_backward_atomic_dq(q, k, v, o, lse, do, scale, causal, skip=True)
 
 
 @triton.jit
@@ -1082,6 +1182,23 @@ def flash_backward_do_read_like_o(q, k, v, o, lse, do, scale, causal):
     BLOCK_D = max(16, triton.next_power_of_2(D))
     _by_queries_kernel[(B * H, triton.cdiv(N, 16))](q, k, v, do, lse, dq, dk, dv, H, N, M, D, scale,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(), *o.stride(), *lse.stride(), o,
+        CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=tl.float64 if wide else tl.float32)
+    return dq, dk.to(q.dtype), dv.to(q.dtype)
+
+
+@wrong_("flash_backward", "written out: dq = torch.empty_like(q), stored at contiguous offsets (q's layout kept: "
+                          "heads transposed)", says="wrong places")
+def flash_backward_empty_like(q, k, v, o, lse, do, scale, causal):
+    B, H, N, D = q.shape
+    M = k.shape[2]
+    wide = q.dtype == torch.float64
+    acc_dtype = torch.float64 if wide else torch.float32
+    dq = torch.empty_like(q)
+    dk = torch.zeros((B, H, M, D), dtype=acc_dtype, device=q.device)
+    dv = torch.zeros((B, H, M, D), dtype=acc_dtype, device=q.device)
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    _by_queries_kernel[(B * H, triton.cdiv(N, 16))](q, k, v, do, lse, dq, dk, dv, H, N, M, D, scale,
+        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *o.stride(), *lse.stride(), o,
         CAUSAL=causal, BLOCK_N=16, BLOCK_M=16, BLOCK_D=BLOCK_D, ACC=tl.float64 if wide else tl.float32)
     return dq, dk.to(q.dtype), dv.to(q.dtype)
 
@@ -1154,3 +1271,50 @@ class FlashAttentionAtomic(torch.autograd.Function):
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
         return (*flash_backward_atomic_dq(q, k, v, o, lse, do, ctx.scale, ctx.causal), None, None)
+
+
+@wrong_("FlashAttention", "forward's running max starts at 0: rows whose scores are all below −88 come out NaN",
+        says="running max start at 0")
+class FlashAttentionMaxAtZero(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal):
+        o, lse = _fwd_variant(q, k, v, scale, causal, max_at_zero=True)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.scale, ctx.causal = scale, causal
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        return (*flash_backward_atomic_dq(q, k, v, o, lse, do, ctx.scale, ctx.causal), None, None)
+
+
+@wrong_("FlashAttention", "backward allocates dq = torch.empty_like(q) and stores it at contiguous offsets",
+        says="wrong places")
+class FlashAttentionEmptyLike(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal):
+        o, lse = _fwd_variant(q, k, v, scale, causal)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.scale, ctx.causal = scale, causal
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        return (*flash_backward_empty_like(q, k, v, o, lse, do, ctx.scale, ctx.causal), None, None)
+
+
+@right_("FlashAttention", "forward skipping the hidden key blocks, backward by atomics skipping them too")
+class FlashAttentionSkipping(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal):
+        o, lse = flash_forward_skips_hidden_blocks(q, k, v, scale, causal)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.scale, ctx.causal = scale, causal
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        return (*flash_backward_atomic_dq_skipping(q, k, v, o, lse, do, ctx.scale, ctx.causal), None, None)

@@ -76,10 +76,10 @@ def _slips(case, reference):
 
 def slip_in(got, case, reference) -> str:
     """The slip of `_slips` that `got` (dq, dk, dv) shows, or "" (the flash backward's checks ask too)."""
-    if case["causal"] and any(torch.isnan(g[..., :1, :]).any() for g in got if isinstance(g, torch.Tensor)):
-        if not any(torch.isnan(r).any() for r in reference):
-            return ("NaN in the first query row: the causal mask is off by one (j < i leaves query 1 no key at all, "
-                    "and a softmax over nothing but −∞ is 0/0); query i sees keys j ≤ i")
+    if case["causal"] and verdicts.nan_in_first_row_only(got[0]) and not any(torch.isnan(r).any() for r in reference):
+        return ("NaN in dq's first query row (row 0 in code) and in no other row: the causal mask is off by one (j < i "
+                "leaves the first query no key at all, and a softmax over nothing but −∞ is 0/0); query i sees keys "
+                "j ≤ i")
     for what, slip in _slips(case, reference):
         if any(verdicts.matches(g, s) and not verdicts.matches(g, r) for g, s, r in zip(got, slip, reference)):
             return what

@@ -17,11 +17,15 @@ LAYOUTS = ("contiguous", "heads-transposed", "each-its-own")
 EACH_ITS_OWN = {"q": "heads-transposed", "k": "transposed", "v": "non-contiguous", "o": "transposed",
                 "do": "expanded"}
 LARGE_LOGIT = 300.0  # the largest |score| of a large-logits case: exp of it overflows float32 (exp(89) is inf)
+LOW_SCORE = -200.0  # about every score of a low-scores case: exp of it underflows to 0 in float32 and half precision
+FAR_BELOW_ZERO = -88.0  # a row whose every score is below this has exp(score) < 2^-126 (float32's smallest normal)
 
 
-def qkv(B, H, N, d, seed, M=None, dtype=torch.float64, large_logits=False):
+def qkv(B, H, N, d, seed, M=None, dtype=torch.float64, large_logits=False, low_scores=False):
     """(q, k, v) drawn from `seed`; with `large_logits`, q and k scaled so that the largest |score| at scale
-    d ** -0.5 is LARGE_LOGIT."""
+    d ** -0.5 is LARGE_LOGIT; with `low_scores`, q's first feature a whole number c and k's -c, the others whole
+    numbers in [-2, 2], so that every score at scale d ** -0.5 is about LOW_SCORE (c² · scale) plus a few units:
+    every row far below zero, and (whole numbers, d a power of 4) every score exact in half precision too."""
     M = N if M is None else M
     q = inputs.randn(B, H, N, d, seed=seed, dtype=torch.float64)
     k = inputs.randn(B, H, M, d, seed=seed + 1, dtype=torch.float64)
@@ -29,6 +33,12 @@ def qkv(B, H, N, d, seed, M=None, dtype=torch.float64, large_logits=False):
     if large_logits:
         factor = (LARGE_LOGIT / ((q @ k.mT) * d ** -0.5).abs().max()).sqrt()
         q, k = q * factor, k * factor
+    if low_scores:
+        if d < 2:
+            raise ValueError("a low-scores case needs d >= 2: one feature shifts every score, the others vary it")
+        c = round((-LOW_SCORE * d ** 0.5) ** 0.5)
+        q, k = q.round().clamp(-2, 2), k.round().clamp(-2, 2)
+        q[..., 0], k[..., 0] = c, -c
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
@@ -38,33 +48,38 @@ def sdpa64(q, k, v, scale, causal):
 
 
 def backward_case(B, H, N, d, seed, M=None, dtype=torch.float64, causal=False, layout="contiguous",
-                  large_logits=False) -> dict:
+                  large_logits=False, scale=None) -> dict:
     """{q, k, v, o, do, scale, causal, layout} for `attention_backward`: o is PyTorch's output for q, k, v (computed
-    in float64, then rounded to `dtype`), do an upstream gradient drawn from the seed."""
+    in float64, then rounded to `dtype`), do an upstream gradient drawn from the seed; `scale` d ** -0.5 unless
+    given."""
     _layout(layout, causal, N, M)
     q, k, v = qkv(B, H, N, d, seed, M, dtype, large_logits)
-    scale = d ** -0.5
+    scale = d ** -0.5 if scale is None else scale
     o = sdpa64(q, k, v, scale, causal).to(dtype)
     do = _upstream(B, H, N, d, seed, dtype, layout)
     return {"q": q, "k": k, "v": v, "o": o, "do": do, "scale": scale, "causal": causal, "layout": layout}
 
 
 def online_case(B, H, N, d, seed, block, M=None, dtype=torch.float64, causal=False, layout="contiguous",
-                large_logits=False) -> dict:
-    """{q, k, v, scale, causal, block, layout} for `online_attention`."""
+                large_logits=False, low_scores=False, scale=None) -> dict:
+    """{q, k, v, scale, causal, block, layout} for `online_attention` (`low_scores`: see `qkv`; `scale` d ** -0.5
+    unless given)."""
     _layout(layout, causal, N, M)
-    q, k, v = qkv(B, H, N, d, seed, M, dtype, large_logits)
-    return {"q": q, "k": k, "v": v, "scale": d ** -0.5, "causal": causal, "block": block, "layout": layout}
+    q, k, v = qkv(B, H, N, d, seed, M, dtype, large_logits, low_scores)
+    scale = d ** -0.5 if scale is None else scale
+    return {"q": q, "k": k, "v": v, "scale": scale, "causal": causal, "block": block, "layout": layout}
 
 
 def flash_case(B, H, N, d, seed, M=None, dtype=torch.float64, causal=False, layout="contiguous",
-               large_logits=False) -> dict:
+               large_logits=False, low_scores=False, scale=None) -> dict:
     """{q, k, v, scale, causal, layout, do} for the flash kernels and `FlashAttention`: `do` is the upstream
-    gradient of the backward (the forward's checks leave it out)."""
+    gradient of the backward (the forward's checks leave it out); `low_scores`: see `qkv`; `scale` d ** -0.5
+    unless given."""
     _layout(layout, causal, N, M)
-    q, k, v = qkv(B, H, N, d, seed, M, dtype, large_logits)
+    q, k, v = qkv(B, H, N, d, seed, M, dtype, large_logits, low_scores)
     do = _upstream(B, H, N, d, seed, dtype, layout)
-    return {"q": q, "k": k, "v": v, "scale": d ** -0.5, "causal": causal, "layout": layout, "do": do}
+    scale = d ** -0.5 if scale is None else scale
+    return {"q": q, "k": k, "v": v, "scale": scale, "causal": causal, "layout": layout, "do": do}
 
 
 def _upstream(B, H, N, d, seed, dtype, layout):
@@ -80,6 +95,14 @@ def _layout(layout, causal, N, M):
         raise ValueError(f"layout is one of {', '.join(LAYOUTS)}, not {layout!r}")
     if causal and M is not None and M != N:
         raise ValueError("a causal case has as many keys as queries (the curriculum's convention)")
+
+
+def far_below_zero(case) -> bool:
+    """Whether every query row's largest visible score is below FAR_BELOW_ZERO (a low-scores case)."""
+    scores = (case["q"].double() @ case["k"].double().mT) * case["scale"]
+    if case["causal"]:
+        scores = scores.masked_fill(~visible(case), -float("inf"))
+    return scores.numel() > 0 and bool((scores.amax(-1) < FAR_BELOW_ZERO).all())
 
 
 def visible(case, diagonal=0):

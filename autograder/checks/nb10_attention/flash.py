@@ -10,12 +10,13 @@ key's) and key lanes past M scored 0 instead of −∞ (right when M is a multip
 A kernel that allocates a tensor of N×M elements or more per head stores what it should recompute (`P`).
 `FlashAttention` is run as autograd runs it (`kernel_functions.run_function`), and may save only q, k, v, o, lse.
 """
+import contextlib
 import functools
 
 import torch
 
 from autograder import checks
-from autograder.checks import GradingError, battery
+from autograder.checks import GradingError, battery, kernel_layouts
 from autograder.checks.compare import fail
 from autograder.checks.function_class import check_function_class
 from autograder.checks.kernel_functions import FunctionRun, run_function
@@ -45,8 +46,20 @@ def _run(exercise, fn, case, names, launches, why):
     run = call_guarded(exercise, fn, inputs, _layouts(case, names))
     shown = attention_cases.shown(case)
     check_rules(exercise, run, shown, launches=launches, why=why)
+    _check_inside(exercise, run, shown)
     _check_no_stored_scores(exercise, run, case, shown)
     return run
+
+
+def _check_inside(exercise, run, shown):
+    """Every lane a load or store of the kernels reached lies inside a tensor of its launch (masked-off lanes
+    aside), whether or not what a stray load read reaches the result."""
+    if run.outside_access:
+        fail(exercise, f"{run.outside_access}: every load and store is masked along each axis it can run past "
+                       "(queries past N, keys past M, the head's width past d), so that no lane reaches memory "
+                       "that is not the tensor's. Here that memory is padding the checks put there; on a GPU it is "
+                       "another tensor's data or an illegal address, even where what the lane reads never reaches "
+                       "your result", shown)
 
 
 def stored_scores_limit(case) -> int:
@@ -81,6 +94,44 @@ def _check_outputs(exercise, run, case, expected, names, allowed, hint):
             if not found:
                 raise
             raise GradingError(f"{exercise}: {found}\n{err}") from None  # the slip first: a long message is cut
+
+
+def layout_slip(got, expected, case, names) -> str:
+    """The output of `got` (tensors named `names`, `expected` their values) whose values are `expected` written at
+    contiguous offsets into a tensor laid out like one of the case's inputs (what torch.empty_like of a transposed
+    input, stored at row · d + col, returns), said; "" where none is."""
+    laid = _layouts(case, ("q", "k", "v", "o", "do"))
+    for out, g, e in zip(names, got, expected):
+        for source, layout in laid.items():
+            if not isinstance(g, torch.Tensor) or case[source].shape != e.shape or layout not in PERMUTED:
+                continue
+            stride = kernel_layouts.strides(case[source], layout)
+            scrambled = e.detach().double().contiguous().flatten().as_strided(e.shape, stride)
+            if verdicts.matches(g, scrambled) and not verdicts.matches(g, e.detach().double()):
+                return (f"{out} {WRONG_PLACES}: written at contiguous offsets (row · d + col), "
+                        f"into a tensor laid out like {source} ({layout}, strides {stride}). torch.empty_like"
+                        f"({source}) keeps {source}'s strides; allocate {out} contiguous (torch.empty(shape, "
+                        f"dtype=..., device=...)), or pass {out}.stride() to the kernel and store through them")
+    return ""
+
+
+PERMUTED = ("heads-transposed", "transposed")  # the layouts torch.empty_like keeps (dense, permuted strides)
+WRONG_PLACES = "holds its values at the wrong places"
+
+
+@contextlib.contextmanager
+def _stressed(exercise, stress, what):
+    """`battery.stressed`, except that a layout slip of an output (`layout_slip`) is said as the reason the stressed
+    inputs broke the answer, instead of the battery's advice on reading them."""
+    with battery.stressed(exercise, stress, what=what):
+        try:
+            yield
+        except GradingError as err:
+            first, _, rest = str(err).partition("\n")
+            if stress is None or WRONG_PLACES not in first:
+                raise
+            slip = first.split(": ", 1)[1]
+            raise GradingError(f"{exercise}: fails for {battery.describe(stress, what)}: {slip}\n{rest}") from None
 
 
 def _right_on(exercise, fn, case, reference, names, launches, why) -> bool:
@@ -122,7 +173,7 @@ def _forward_reference(case):
 
 def _forward_slip(exercise, fn, got, case):
     reference = online.reference_online_attention(case)
-    found = online.slip_in(got, case, reference)
+    found = layout_slip(got, reference, case, FORWARD_NAMES) or online.slip_in(got, case, reference)
     if found:
         return found
     for what, right_looking, revealing in behaviour_cases(case):
@@ -138,13 +189,14 @@ def check_flash_forward(exercise, fn, cases, stress=None, what="q, k and v"):
     """`fn(q, k, v, scale, causal)` -> (o, lse) by one launch of the learner's kernel, against PyTorch on every
     case; `stress` names the battery's stress the cases were built with."""
     names = ("q", "k", "v", "scale", "causal")
-    with battery.stressed(exercise, stress, what=what):
+    with _stressed(exercise, stress, what):
         for case in cases:
-            run = _run(exercise, fn, case, names, (1, 1), FORWARD_LAUNCHES)
-            expected = _forward_reference(case)
-            allowed = {1: tuple(dict.fromkeys((torch.float32, case["q"].dtype)))}
-            _check_outputs(exercise, run, case, expected, FORWARD_NAMES, allowed,
-                           hint=lambda: _forward_slip(exercise, fn, run.result, case))
+            with verdicts.far_below_zero(exercise, case):
+                run = _run(exercise, fn, case, names, (1, 1), FORWARD_LAUNCHES)
+                expected = _forward_reference(case)
+                allowed = {1: tuple(dict.fromkeys((torch.float32, case["q"].dtype)))}
+                _check_outputs(exercise, run, case, expected, FORWARD_NAMES, allowed,
+                               hint=lambda: _forward_slip(exercise, fn, run.result, case))
 
 
 def backward_inputs(case) -> dict:
@@ -167,7 +219,7 @@ def _recomputed(case, diagonal):
 
 
 def _backward_slip(got, case, reference):
-    found = backward.slip_in(got, case, reference)
+    found = layout_slip(got, reference, case, BACKWARD_NAMES) or backward.slip_in(got, case, reference)
     if found or not case["causal"]:
         return found
     for diagonal, sees in ((1, "j ≤ i + 1"), (-1, "j < i")):
@@ -182,7 +234,7 @@ def check_flash_backward(exercise, fn, cases, stress=None, what="q, k and v"):
     """`fn(q, k, v, o, lse, do, scale, causal)` -> (dq, dk, dv) by the learner's kernels (at most three launches)
     against autograd in float64 on every case."""
     names = ("q", "k", "v", "o", "lse", "do", "scale", "causal")
-    with battery.stressed(exercise, stress, what=what):
+    with _stressed(exercise, stress, what):
         for case in cases:
             case = backward_inputs(case)
             run = _run(exercise, fn, case, names, (1, 3), BACKWARD_LAUNCHES)
@@ -207,9 +259,10 @@ def check_flash_attention(exercise, cls, cases, stress=None, what="q, k and v"):
     PyTorch's attention in float64, kernels launched in each pass, only q, k, v, o and lse saved, and gradcheck
     on float64 cases of at most GRADCHECK_ELEMENTS elements in q; `stress` and `what` as the other checks'."""
     check_function_class(exercise, cls)
-    with battery.stressed(exercise, stress, what=what):
+    with _stressed(exercise, stress, what):
         for case in cases:
-            _check_flash_attention_case(exercise, cls, case)
+            with verdicts.far_below_zero(exercise, case):
+                _check_flash_attention_case(exercise, cls, case)
 
 
 def _check_flash_attention_case(exercise, cls, case):
@@ -245,7 +298,13 @@ def _check_flash_attention_case(exercise, cls, case):
             fail(exercise, f"{name} is None: backward returns (dq, dk, dv, None, None), one value per input of "
                            "forward (None for scale and causal)", shown)
         expected = expected.to(case["q"].dtype)
-        checks.expect_close(exercise, got, expected, inputs=shown, names=[name], **verdicts.tolerance(expected))
+        try:
+            checks.expect_close(exercise, got, expected, inputs=shown, names=[name], **verdicts.tolerance(expected))
+        except GradingError as err:
+            found = layout_slip([got], [expected], case, [name])
+            if not found:
+                raise
+            raise GradingError(f"{exercise}: {found}\n{err}") from None
     if run.verdict is not None:
         error, first_line = run.verdict
         fail(exercise, f"gradcheck failed: {error}: {first_line}", shown)

@@ -95,9 +95,10 @@ def _right_on(exercise, fn, case) -> bool:
 
 def slip_in(got, case, reference) -> str:
     """The slip of `_slips` that `got` (o, lse) shows, or "" (the flash kernels' checks ask too)."""
-    if case["causal"] and any(isinstance(g, torch.Tensor) and torch.isnan(g[..., :1, ...]).any() for g in got):
-        return ("NaN in the first query row: the causal mask is off by one (j < i leaves query 1 no key at all, so "
-                "its running max stays −∞ and exp(−∞ − (−∞)) is NaN); query i sees keys j ≤ i")
+    if case["causal"] and verdicts.nan_in_first_row_only(got[0]):
+        return ("NaN in the first query row (row 0 in code) and nowhere else: the causal mask is off by one (j < i "
+                "leaves the first query no key at all, so its running max stays −∞ and exp(−∞ − (−∞)) is NaN); query "
+                "i sees keys j ≤ i")
     for what, slip in _slips(case, reference):
         if any(verdicts.matches(g, s) and not verdicts.matches(g, r) for g, s, r in zip(got, slip, reference)):
             return what
@@ -121,17 +122,23 @@ def check_online_attention(exercise, fn, cases, stress=None, what="q, k and v"):
     or more allowed; `stress` names the battery's stress the cases were built with."""
     with battery.stressed(exercise, stress, what=what):
         for case in cases:
-            got, most = guarded_call(exercise, fn, case)
-            shown = attention_cases.shown(case)
-            n, m, limit = case["q"].shape[-2], case["k"].shape[-2], watched_size(case)
-            if limit and isinstance(most, list) and len(most) == 3 and isinstance(most[0], int) and most[0] >= limit:
-                checks.fail(exercise, f"made a tensor of shape {tuple(most[1])} ({most[0]:,} elements, by {most[2]}): "
-                            f"N×M = {n}×{m} = {limit:,} elements or more, as many as all the scores of the queries "
-                            "against all the keys. Online attention never holds them: visit the keys in tiles of "
-                            "`block` (scores, masks and weights of one tile at a time)", shown)
-            o, lse = reference_online_attention(case)
-            expected = [o.to(case["q"].dtype), lse.to(case["q"].dtype)]
-            verdicts.check_form(exercise, got, expected, NAMES, shown,
-                                allowed_dtypes={1: tuple(dict.fromkeys((torch.float32, case["q"].dtype)))})
-            verdicts.check_values(exercise, got, expected, NAMES, shown,
-                                  hint=lambda: _online_slip(exercise, fn, got, case, (o, lse)))
+            with verdicts.far_below_zero(exercise, case):
+                _check_online_case(exercise, fn, case)
+
+
+def _check_online_case(exercise, fn, case):
+    """One case: the N×M watch, then the form and the values against PyTorch."""
+    got, most = guarded_call(exercise, fn, case)
+    shown = attention_cases.shown(case)
+    n, m, limit = case["q"].shape[-2], case["k"].shape[-2], watched_size(case)
+    if limit and isinstance(most, list) and len(most) == 3 and isinstance(most[0], int) and most[0] >= limit:
+        checks.fail(exercise, f"made a tensor of shape {tuple(most[1])} ({most[0]:,} elements, by {most[2]}): "
+                    f"N×M = {n}×{m} = {limit:,} elements or more, as many as all the scores of the queries "
+                    "against all the keys. Online attention never holds them: visit the keys in tiles of "
+                    "`block` (scores, masks and weights of one tile at a time)", shown)
+    o, lse = reference_online_attention(case)
+    expected = [o.to(case["q"].dtype), lse.to(case["q"].dtype)]
+    verdicts.check_form(exercise, got, expected, NAMES, shown,
+                        allowed_dtypes={1: tuple(dict.fromkeys((torch.float32, case["q"].dtype)))})
+    verdicts.check_values(exercise, got, expected, NAMES, shown,
+                          hint=lambda: _online_slip(exercise, fn, got, case, (o, lse)))
