@@ -613,7 +613,9 @@ def test_answer_key_definitions_are_references(tmp_path):
 # written any way: every function and method of the installed package against every graded function it has cases
 # for, on the same inputs, in a fresh interpreter with the wheel alone (its docstring says how).
 
-# What the search finds today and why it stays, each with its notebook; anything else it finds fails the test.
+# What the search finds today and why it stays; anything else it finds fails the test. (A check's reference that
+# calls the PyTorch feature its exercise refuses, torch.utils.checkpoint, F.batch_norm or torch.autograd.functional,
+# is no answer: the rule refuses it, pasted or called.)
 KNOWN_IN_THE_WHEEL = {
     "autograder.learner.memory.SavedTensorLedger, a context manager around fn(*inputs), computes 06_checkpointing's "
     "saved_bytes":
@@ -623,13 +625,6 @@ KNOWN_IN_THE_WHEEL = {
         "last hint hands over the same code. Issue 37 asks for it gone; that needs 04 and 08 to count otherwise",
     "autograder.learner.memory.measure, a function of the thunk and a device, computes 06_checkpointing's saved_bytes":
         "the same ledger around one step (Measurement.saved_bytes), refused by the same rule",
-    "autograder.checks.nb07_by_hand.running_stats.reference_running computes 07_by_hand's batchnorm_update_running":
-        "07's checks compute the running statistics by hand as their reference: to be moved to 07's answer key",
-    "autograder.checks.nb08_higher_order.hessian_vector.reference_hvp computes 08_higher_order's hvp":
-        "08's checks' reference is a double backward, which is the exercise: to be moved to 08's answer key",
-    "autograder.checks.nb08_higher_order.per_sample.loop_of_single_example_grads computes 08_higher_order's "
-    "per_sample_grads":
-        "08's reference loops over single examples, a right answer if slow: to be moved to 08's answer key",
 }
 
 PLANTED = '''

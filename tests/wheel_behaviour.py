@@ -11,7 +11,10 @@ does it by another route: for a graded function that runs a callable of its argu
 *inputs)`), a context manager of the package entered around that call (a number it holds afterwards), a function
 of the call's thunk (or of the thunk and a device: a number it returns or holds), and a function of the call's
 output. A by-hand exercise's rule holds for the candidates as for the learner (no autograd where the rule says
-so, no torch maths outside Triton kernels in 09 and 10): code that breaks it scores nothing, pasted or not.
+so, no torch maths outside Triton kernels in 09 and 10, none of the PyTorch features it refuses), and so does
+what else the checks hold a right answer to (08's per-example gradients without a loop over the examples): code
+that breaks it scores nothing, pasted or not. A call the rule refuses of the course's own package (06's counters)
+does not count against a candidate: pasted, it is no call.
 
 Prints one JSON line: {"found": [...], "cases": n, "candidates": n, "calls": n}.
 """
@@ -46,6 +49,13 @@ def g(*shape, seed, dtype=torch.float64, scale=1.0, grad=False):
 def mlp(seed, n_in=3, n_out=2):
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(n_in, 5), nn.Tanh(), nn.Linear(5, n_out)).double()
+
+
+def counting(model):
+    """`model`, counting its forward calls (08's vectorised check: fewer calls than examples, no Python loop)."""
+    model.calls = 0
+    model.register_forward_pre_hook(lambda module, inputs: setattr(module, "calls", module.calls + 1))
+    return model
 
 
 def checkpoint_block(seed):
@@ -111,6 +121,8 @@ CASES = {
     ("06_checkpointing", "estimate_activation_bytes"): lambda s: ((2 + s, 64, 48, 3),
                                                                   {"bytes_per_elem": 4, "const": 17}),
     ("06_checkpointing", "checkpoint"): lambda s: ((checkpoint_block(s), g(3, 4, seed=s, grad=True)), {}),
+    ("06_checkpointing", "checkpoint_sequential"): lambda s: (([nn.Tanh() for _ in range(6)], 2 + s,
+                                                                g(3, 4, seed=s, grad=True)), {}),
     ("06_checkpointing", "best_segments"): lambda s: ((9 + 7 * s,), {}),
     ("07_by_hand", "embedding_backward"): lambda s: ((g(2, 3, 4, seed=s), torch.tensor([[1, 0, 1], [5, 1, 2]]), 7), {}),
     ("07_by_hand", "batchnorm_backward"): lambda s: ((g(6, 3, seed=s), g(6, 3, seed=s + 1), g(3, seed=s + 2)),
@@ -120,7 +132,8 @@ CASES = {
     ("08_higher_order", "hvp"): lambda s: ((lambda t: (t.sin() * t).sum() * t.sum(), g(4, seed=s), g(4, seed=s + 1)),
                                            {}),
     ("08_higher_order", "gradient_penalty"): lambda s: ((mlp(s, 3, 1), g(4, 3, seed=s), g(4, 3, seed=s + 1), 0.3), {}),
-    ("08_higher_order", "per_sample_grads"): lambda s: ((mlp(s), F.mse_loss, g(4, 3, seed=s), g(4, 2, seed=s + 1)), {}),
+    ("08_higher_order", "per_sample_grads"): lambda s: ((counting(mlp(s)), F.mse_loss, g(4, 3, seed=s),
+                                                         g(4, 2, seed=s + 1)), {}),
     ("09_kernels", "silu_forward"): lambda s: ((g(37, seed=s, dtype=F32, scale=4),), {}),
     ("09_kernels", "silu_backward"): lambda s: ((g(37, seed=s, dtype=F32), g(37, seed=s + 1, dtype=F32)),
                                                 {}),
@@ -145,12 +158,15 @@ FUNCTIONS = {
     ("08_higher_order", "SmoothAbs"): lambda s: (g(6, seed=s, grad=True), 0.3),
     ("09_kernels", "TritonSiLU"): lambda s: (g(11, seed=s, grad=True),),
     ("09_kernels", "TritonRMSNorm"): lambda s: (g(3, 5, seed=s, grad=True), g(5, seed=s + 1, grad=True), 1e-3),
+    ("10_attention", "FlashAttention"): lambda s: (*(t.requires_grad_() for t in attention_inputs(s, True)), 0.5, True),
 }
 
 # Where the graded function runs a callable of its arguments, the routes by which a helper could compute it
 OBSERVES_A_CALL = {"saved_bytes"}
 # What else of a call is its behaviour: saved bytes and the gradient, for checkpointing
-WITH_GRADIENT = {"checkpoint"}
+WITH_GRADIENT = {"checkpoint", "checkpoint_sequential"}
+# What else the checks hold a right answer to, as a function of the call's arguments after it
+ALSO = {"per_sample_grads": lambda args: ("B", args[0].calls < len(args[2]))}
 
 
 # --- comparing --------------------------------------------------------------------------------------------------
@@ -267,14 +283,38 @@ def autograd_watched(flag):
             m._engine_run_backward = original
 
 
+def _codes_of(obj) -> set:
+    """The code objects a call of `obj` runs first: a function's, a class's methods'."""
+    obj = getattr(obj, "__func__", obj)
+    if inspect.isclass(obj):
+        return {c for v in vars(obj).values() for c in _codes_of(v) if not isinstance(v, type)}
+    code = getattr(obj, "__code__", None)
+    return {code} if code is not None else set()
+
+
 def rule_of(notebook, name):
+    """(no autograd, no torch maths, PyTorch's features it refuses: (code objects, files)) of an exercise's rule.
+    A refused object of the course's own package (06's counters) is left out: its rule refuses a call, and a
+    copy pasted into an answer is no call of it, so a helper that computes the answer is one whatever it is."""
     try:
         rules = importlib.import_module(f"autograder.checks.nb{notebook}.rules").BY_HAND
+        from autograder.checks.rules import resolve
     except (ImportError, AttributeError):
-        return None, None
+        return False, False, (set(), ())
     rule = rules.get(name)
     parts = rule.parts if rule is not None else ()
-    return any(p.no_autograd for p in parts), any(p.kernel_maths for p in parts)
+    codes, files = set(), []
+    for part in parts:
+        for path in (*part.watched, *part.objects):
+            if not path.startswith("autograder."):
+                codes |= _codes_of(resolve(path))
+        for module_name in part.modules:
+            if module_name.startswith("autograder."):
+                continue
+            with contextlib.suppress(ImportError):
+                module = importlib.import_module(module_name)
+                files.append(module.__file__.removesuffix("__init__.py"))
+    return any(p.no_autograd for p in parts), any(p.kernel_maths for p in parts), (codes, tuple(files))
 
 
 # --- calling ----------------------------------------------------------------------------------------------------
@@ -300,18 +340,26 @@ def reset_process():
             torch._C._pop_torch_dispatch_stack()
 
 
-def guarded(thunk, no_autograd=False, kernel_maths=False):
+def guarded(thunk, no_autograd=False, kernel_maths=False, refused=(set(), ())):
     """thunk() under the time limit, its output and prints swallowed; raises Broke where a rule is broken."""
-    flag, maths = [False], TorchMaths()
+    flag, maths, reached = [False], TorchMaths(), [False]
+    codes, files = refused
+
+    def watch(frame, event, arg):
+        if event == "call" and (frame.f_code in codes or frame.f_code.co_filename.startswith(files or "\0")):
+            reached[0] = True
+
     signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT)
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
                 autograd_watched(flag), (maths if kernel_maths else contextlib.nullcontext()):
+            if codes or files:
+                sys.setprofile(watch)
             out = thunk()
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         reset_process()
-    if (no_autograd and flag[0]) or (kernel_maths and maths.maths):
+    if (no_autograd and flag[0]) or (kernel_maths and maths.maths) or reached[0]:
         raise Broke()
     return out
 
@@ -363,6 +411,11 @@ def constructible(cls) -> bool:
         return False
 
 
+def also(name, result, args):
+    """A call's result, with what else the checks hold it to where ALSO says."""
+    return ("L", (result, ALSO[name](args))) if name in ALSO else result
+
+
 # --- the search -------------------------------------------------------------------------------------------------
 
 def saved_and_gradient(out, args):
@@ -396,7 +449,8 @@ def search(namespaces):
         if reference is None:
             found.append(f"no reference for {notebook} {name}: the search proves nothing for it")
             continue
-        no_autograd, kernel_maths = rule_of(notebook, name)
+        no_autograd, kernel_maths, refused = rule_of(notebook, name)
+        rules = {"no_autograd": no_autograd, "kernel_maths": kernel_maths, "refused": refused}
         expected = []
         for seed in (0, 1):
             args, kwargs = build(seed)
@@ -405,7 +459,7 @@ def search(namespaces):
                     out, kept = storage_bytes_saved(lambda: reference(*args, **kwargs))
                     expected.append(("L", (normal(out), ("N", float(kept)), saved_and_gradient(out, args))))
                 else:
-                    expected.append(normal(reference(*args, **kwargs)))
+                    expected.append(also(name, normal(reference(*args, **kwargs)), args))
 
         def matches(result_of):
             for seed in (0, 1):
@@ -425,12 +479,11 @@ def search(namespaces):
                 calls += 1
                 if name in WITH_GRADIENT:
                     def direct(args, kwargs, fn=c.fn):
-                        out, kept = guarded(lambda: storage_bytes_saved(lambda: fn(*args, **kwargs)), no_autograd,
-                                            kernel_maths)
+                        out, kept = guarded(lambda: storage_bytes_saved(lambda: fn(*args, **kwargs)), **rules)
                         return ("L", (normal(out), ("N", float(kept)), saved_and_gradient(out, args)))
                 else:
                     def direct(args, kwargs, fn=c.fn):
-                        return normal(guarded(lambda: fn(*args, **kwargs), no_autograd, kernel_maths))
+                        return also(name, normal(guarded(lambda: fn(*args, **kwargs), **rules)), args)
                 if matches(direct):
                     found.append(f"{c.where} computes {notebook}'s {name}")
             if name not in OBSERVES_A_CALL:
@@ -444,7 +497,7 @@ def search(namespaces):
                         with cls() as watcher:
                             args[0](*args[1:], **kwargs)
                         return [("N", float(v)) for v in numbers_of(watcher)]
-                    return guarded(run, no_autograd, kernel_maths)
+                    return guarded(run, **rules)
                 if matches(around):
                     found.append(f"{c.where}, a context manager around fn(*inputs), computes {notebook}'s {name}")
             if c.fn is not None:
@@ -457,7 +510,7 @@ def search(namespaces):
                             made = [lambda: args[0](*args[1:], **kwargs)] + (["cpu"] if shape == "device" else [])
                         if not fits(fn, made, {}):
                             raise TypeError
-                        result = guarded(lambda: fn(*made), no_autograd, kernel_maths)
+                        result = guarded(lambda: fn(*made), **rules)
                         return [("N", float(v)) for v in numbers_of(result)] + [normal(result)]
                     calls += 1
                     if matches(indirect):
@@ -467,7 +520,7 @@ def search(namespaces):
         if reference is None:
             found.append(f"no reference for {notebook} {name}: the search proves nothing for it")
             continue
-        no_autograd, kernel_maths = rule_of(notebook, name)
+        no_autograd, kernel_maths, refused = rule_of(notebook, name)
 
         def behaviour(cls, seed):
             args = build(seed)
@@ -481,7 +534,8 @@ def search(namespaces):
                 continue
             calls += 1
             try:
-                ok = all(same(guarded(lambda: behaviour(c.cls, seed)), expected[seed]) for seed in (0, 1))
+                ok = all(same(guarded(lambda: behaviour(c.cls, seed), no_autograd=False, kernel_maths=False,
+                                             refused=refused), expected[seed]) for seed in (0, 1))
             except BaseException:  # noqa: BLE001
                 reset_process()
                 ok = False
