@@ -262,6 +262,12 @@ def online_attention_no_max(q, k, v, scale, causal, block):
     return acc / total, total.squeeze(-1).log()
 
 
+@wrong_("online_attention", "scales q in place (q.mul_(scale)), then tiles with a scale of 1", says="in place")
+def online_attention_scales_q_in_place(q, k, v, scale, causal, block):
+    q.mul_(scale)
+    return _online(q, k, v, 1.0, causal, block)
+
+
 @right_("online_attention", "tiles by torch.split, the running log-sum-exp merged with torch.logaddexp, in float32 "
                             "at least")
 def online_attention_logaddexp(q, k, v, scale, causal, block):
