@@ -602,9 +602,10 @@ def flash_forward_blocks_of_32(q, k, v, scale, causal):
 def _fwd_variant_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, M, D, scale,
         qb, qh, qn, qd, kb, kh, km, kd, vb, vh, vm, vd, ob, oh, on, od,
         CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr,
-        MAX_AT_ZERO: tl.constexpr, SKIP: tl.constexpr, V_UNMASKED: tl.constexpr):
+        MAX_AT_ZERO: tl.constexpr, SKIP: tl.constexpr, V_UNMASKED: tl.constexpr, NO_START: tl.constexpr):
     """The forward with one choice a learner makes: the running max started at 0 (MAX_AT_ZERO), the key blocks
-    after the diagonal skipped (SKIP), v loaded without the mask of the head's width (V_UNMASKED)."""
+    after the diagonal skipped (SKIP), v loaded without the mask of the head's width (V_UNMASKED), every block of
+    keys taken from key 0 (NO_START: the loop's start forgotten in the offsets)."""
     bh, block = tl.program_id(0), tl.program_id(1)
     b, h = bh // H, bh % H
     rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -622,7 +623,10 @@ def _fwd_variant_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, M, D, scale,
     if SKIP and CAUSAL:
         hi = tl.minimum(M, (block + 1) * BLOCK_N)
     for start in range(0, hi, BLOCK_M):
-        keys = start + tl.arange(0, BLOCK_M)
+        if NO_START:
+            keys = tl.arange(0, BLOCK_M)
+        else:
+            keys = start + tl.arange(0, BLOCK_M)
         kv_mask = (keys < M)[:, None] & col_ok[None, :]
         k = tl.load(k_ptr + b * kb + h * kh + keys[:, None] * km + cols[None, :] * kd, mask=kv_mask, other=0.0)
         if V_UNMASKED:  # the lanes past d read on into the next row, and past the last row out of v
@@ -645,7 +649,8 @@ def _fwd_variant_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, M, D, scale,
     tl.store(lse_ptr + bh * N + rows, m_i + tl.log(l_i), mask=row_ok)
 
 
-def _fwd_variant(q, k, v, scale, causal, max_at_zero=False, skip=False, v_unmasked=False, block_n=16):
+def _fwd_variant(q, k, v, scale, causal, max_at_zero=False, skip=False, v_unmasked=False, block_n=16, block_m=16,
+                 no_start=False):
     B, H, N, D = q.shape
     M = k.shape[2]
     wide = q.dtype == torch.float64
@@ -653,8 +658,9 @@ def _fwd_variant(q, k, v, scale, causal, max_at_zero=False, skip=False, v_unmask
     lse = torch.empty((B, H, N), dtype=torch.float64 if wide else torch.float32, device=q.device)
     BLOCK_D = max(16, triton.next_power_of_2(D))
     _fwd_variant_kernel[(B * H, triton.cdiv(N, block_n))](q, k, v, o, lse, H, N, M, D, scale, *q.stride(),
-        *k.stride(), *v.stride(), *o.stride(), CAUSAL=causal, BLOCK_N=block_n, BLOCK_M=16, BLOCK_D=BLOCK_D,
-        ACC=tl.float64 if wide else tl.float32, MAX_AT_ZERO=max_at_zero, SKIP=skip, V_UNMASKED=v_unmasked)
+        *k.stride(), *v.stride(), *o.stride(), CAUSAL=causal, BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_D=BLOCK_D,
+        ACC=tl.float64 if wide else tl.float32, MAX_AT_ZERO=max_at_zero, SKIP=skip, V_UNMASKED=v_unmasked,
+        NO_START=no_start)
     return o, lse
 
 
@@ -667,6 +673,12 @@ def flash_forward_max_starts_at_zero(q, k, v, scale, causal):
                           "but read past v's last row)", says="read outside v")
 def flash_forward_v_unmasked(q, k, v, scale, causal):
     return _fwd_variant(q, k, v, scale, causal, v_unmasked=True)
+
+
+@wrong_("flash_forward", "written out: blocks of 64 keys whose offsets forget the loop's start (right while every "
+                          "M fits in one block)")
+def flash_forward_keys_from_zero_in_every_block(q, k, v, scale, causal):
+    return _fwd_variant(q, k, v, scale, causal, block_m=64, no_start=True)
 
 
 @right_("flash_forward", "written out: with causal, the blocks of keys after a block's last query skipped (as "
