@@ -28,7 +28,7 @@ DERIVED = {
     "07_by_hand": ["embedding_backward", "batchnorm_steps_backward", "batchnorm_backward", "manual_backward"],
     "08_higher_order": ["hvp", "SmoothAbs"],
     "09_kernels": ["silu_backward", "rmsnorm_backward"],
-    "10_attention": ["attention_backward", "online_attention"],
+    "10_attention": ["attention_backward", "online_attention", "flash_backward"],
 }
 
 

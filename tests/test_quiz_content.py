@@ -1330,6 +1330,16 @@ def online_running_sum_two_tiles():
     return torch.exp(torch.logsumexp(scores, dim=0) - scores.max()).item()
 
 
+def flash_recomputed_ds():
+    """dS of the second key by autograd through the softmax, with P recomputed from the stored lse = ln 4."""
+    scores = torch.tensor([0.0, math.log(3.0)], dtype=torch.float64, requires_grad=True)
+    lse = torch.logsumexp(scores, dim=0)
+    assert math.isclose(lse.item(), math.log(4.0))
+    (ds,) = torch.autograd.grad(torch.softmax(scores, 0), scores, torch.tensor([2.0, -2.0], dtype=torch.float64))
+    assert torch.allclose(torch.exp(scores - lse), torch.softmax(scores, 0))
+    return ds[1].item()
+
+
 def flash_grid_programs():
     """The programs of flash_forward's grid (B·H, cdiv(N, 16)) for q of shape (2, 8, 100, 64)."""
     b, h, n, _ = torch.empty(2, 8, 100, 64, device="meta").shape
@@ -1425,4 +1435,5 @@ VERIFIERS = {
     ("10_attention", "row-lse"): two_score_lse,
     ("10_attention", "softmax-row-d"): softmax_row_d,
     ("10_attention", "online-running-sum"): online_running_sum_two_tiles,
+    ("10_attention", "flash-recomputed-ds"): flash_recomputed_ds,
 }
