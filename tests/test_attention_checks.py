@@ -73,7 +73,8 @@ def cells():
 
 
 def statement(name) -> str:
-    (text,) = [c.source for c in cells() if c.cell_type == "markdown" and c.source.startswith(f"### Exercise: `{name}`")]
+    heading = f"### Exercise: `{name}`"
+    (text,) = [c.source for c in cells() if c.cell_type == "markdown" and c.source.startswith(heading)]
     return text
 
 

@@ -4,8 +4,9 @@
 op whose name holds one of REFUSED refused however it was reached (`F.scaled_dot_product_attention` and its
 kernels, PyTorch's backward kernels), and returns, with the result, the output with the most elements that any
 op made (online attention may hold no N×M tensor). The answer gets copies of the case's tensors, so that the
-reference is computed from them as drawn, and an answer that changed one in place is told so. The arguments are laid out where the answer runs, so that a
-layout survives the trusted boundary; in trusted grading only data comes back.
+reference is computed from them as drawn, and an answer that changed one in place is told so. The arguments are
+laid out where the answer runs, so that a layout survives the trusted boundary; in trusted grading only data comes
+back.
 """
 import torch
 
